@@ -1,0 +1,1 @@
+"""The agent: LLM providers, tools, the ReAct loop and run lifecycle."""

@@ -1,0 +1,1 @@
+"""Chat: conversations, routing and the chat UI."""

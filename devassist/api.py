@@ -1,0 +1,145 @@
+"""The one NinjaAPI: routers by app, authentication, and the error envelope for every failure."""
+
+from __future__ import annotations
+
+from http import HTTPStatus
+from typing import Any
+
+import structlog
+from django.core.exceptions import PermissionDenied, RequestDataTooBig
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from ninja import NinjaAPI
+from ninja.errors import AuthenticationError, HttpError, ValidationError
+from ninja.renderers import JSONRenderer
+
+from devassist.auth import api_auth
+from devassist.errors import ApiError
+
+logger = structlog.get_logger(__name__)
+
+_CODES_BY_STATUS = {
+    HTTPStatus.BAD_REQUEST: "bad_request",
+    HTTPStatus.UNAUTHORIZED: "not_authenticated",
+    HTTPStatus.FORBIDDEN: "forbidden",
+    HTTPStatus.NOT_FOUND: "not_found",
+    HTTPStatus.METHOD_NOT_ALLOWED: "method_not_allowed",
+    HTTPStatus.CONFLICT: "conflict",
+    HTTPStatus.REQUEST_ENTITY_TOO_LARGE: "payload_too_large",
+    HTTPStatus.UNPROCESSABLE_ENTITY: "validation_error",
+    HTTPStatus.TOO_MANY_REQUESTS: "rate_limited",
+    HTTPStatus.INTERNAL_SERVER_ERROR: "internal_error",
+}
+
+
+def error_body(
+    request: HttpRequest, *, code: str, message: str, details: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    return {
+        "error": {"code": code, "message": message, "details": details or {}},
+        "request_id": getattr(request, "request_id", None),
+    }
+
+
+def error_response(
+    request: HttpRequest,
+    *,
+    status: int,
+    code: str,
+    message: str,
+    details: dict[str, Any] | None = None,
+) -> HttpResponse:
+    return JsonResponse(
+        error_body(request, code=code, message=message, details=details),
+        status=status,
+        json_dumps_params={"ensure_ascii": False},
+    )
+
+
+class UnicodeJSONRenderer(JSONRenderer):
+    json_dumps_params = {"ensure_ascii": False}
+
+
+api = NinjaAPI(
+    title="DevAssist API",
+    version="1",
+    urls_namespace="api",
+    auth=api_auth,
+    renderer=UnicodeJSONRenderer(),
+    docs_url="/docs",
+)
+
+
+def _validation_details(errors: list[dict[str, Any]]) -> dict[str, Any]:
+    cleaned = []
+    for err in errors:
+        location = [str(part) for part in err.get("loc", ())]
+        cleaned.append(
+            {"loc": location, "msg": str(err.get("msg", "")), "type": err.get("type", "")}
+        )
+    return {"errors": cleaned}
+
+
+@api.exception_handler(ApiError)
+def _api_error(request: HttpRequest, exc: ApiError) -> HttpResponse:
+    return error_response(
+        request, status=exc.status, code=exc.code, message=exc.message, details=exc.details
+    )
+
+
+@api.exception_handler(ValidationError)
+def _validation_error(request: HttpRequest, exc: ValidationError) -> HttpResponse:
+    details = _validation_details(list(exc.errors))
+    first = details["errors"][0] if details["errors"] else None
+    message = "Invalid request"
+    if first:
+        message = f"Invalid request: {'.'.join(first['loc'])}: {first['msg']}"
+    return error_response(
+        request, status=422, code="validation_error", message=message, details=details
+    )
+
+
+@api.exception_handler(AuthenticationError)
+def _authentication_error(request: HttpRequest, exc: AuthenticationError) -> HttpResponse:
+    return error_response(
+        request,
+        status=401,
+        code="not_authenticated",
+        message="Authentication required: log in or send 'Authorization: Bearer <token>'.",
+    )
+
+
+@api.exception_handler(HttpError)
+def _http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
+    code = _CODES_BY_STATUS.get(HTTPStatus(exc.status_code), "error")
+    return error_response(request, status=exc.status_code, code=code, message=exc.message)
+
+
+@api.exception_handler(Http404)
+def _not_found(request: HttpRequest, exc: Http404) -> HttpResponse:
+    return error_response(request, status=404, code="not_found", message="Not found.")
+
+
+@api.exception_handler(PermissionDenied)
+def _permission_denied(request: HttpRequest, exc: PermissionDenied) -> HttpResponse:
+    return error_response(request, status=403, code="forbidden", message="Permission denied.")
+
+
+@api.exception_handler(RequestDataTooBig)
+def _too_big(request: HttpRequest, exc: RequestDataTooBig) -> HttpResponse:
+    return error_response(
+        request,
+        status=413,
+        code="payload_too_large",
+        message="Request body is larger than the server accepts.",
+    )
+
+
+@api.exception_handler(Exception)
+def _unhandled(request: HttpRequest, exc: Exception) -> HttpResponse:
+    logger.exception("api_request_failed", path=request.path, method=request.method)
+    return error_response(
+        request, status=500, code="internal_error", message="Internal server error."
+    )
+
+
+api.add_router("/traces", "traces.api.router")

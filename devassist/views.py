@@ -1,0 +1,45 @@
+from __future__ import annotations
+
+from http import HTTPStatus
+
+from django.contrib.auth.decorators import login_not_required
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import render
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_GET
+
+from devassist.api import error_response
+from devassist.health import health_report
+
+
+@login_not_required
+@never_cache
+@require_GET
+async def healthz(request: HttpRequest) -> HttpResponse:
+    healthy, report = await health_report()
+    status = HTTPStatus.OK if healthy else HTTPStatus.SERVICE_UNAVAILABLE
+    return JsonResponse(report, status=status)
+
+
+@require_GET
+def home(request: HttpRequest) -> HttpResponse:
+    return render(request, "devassist/home.html")
+
+
+def api_not_found(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    """404 for paths no view matches: the envelope under /api/, the HTML page elsewhere."""
+    if request.path.startswith("/api/"):
+        return error_response(request, status=404, code="not_found", message="No such endpoint.")
+    from django.views.defaults import page_not_found
+
+    return page_not_found(request, exception or Exception("not found"))
+
+
+def server_error(request: HttpRequest) -> HttpResponse:
+    if request.path.startswith("/api/"):
+        return error_response(
+            request, status=500, code="internal_error", message="Internal server error."
+        )
+    from django.views.defaults import server_error as django_server_error
+
+    return django_server_error(request)

@@ -1,0 +1,1 @@
+"""The sandbox: the only package that talks to Docker."""

@@ -1,0 +1,77 @@
+"""Shared fixtures: users, authenticated clients, and the real services the tests need."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from channels.layers import channel_layers
+from django.contrib.auth.models import User
+from django.test import Client
+
+from devassist.services import api_token_create
+from traces.store import get_trace_store
+
+IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+
+
+def require(condition: bool, reason: str) -> None:
+    """Skip a test whose service is missing, except in CI, where that is a failure."""
+    if condition:
+        return
+    if IN_CI:
+        pytest.fail(f"CI=true and {reason}")
+    pytest.skip(reason)
+
+
+@pytest.fixture
+def user(django_user_model: Any) -> User:
+    return django_user_model.objects.create_user(username="alice", password="pw-alice-123")
+
+
+@pytest.fixture
+def other_user(django_user_model: Any) -> User:
+    return django_user_model.objects.create_user(username="bob", password="pw-bob-123")
+
+
+@pytest.fixture
+def staff_user(django_user_model: Any) -> User:
+    return django_user_model.objects.create_user(
+        username="carol", password="pw-carol-123", is_staff=True
+    )
+
+
+def token_client(user: User) -> Client:
+    _, raw = api_token_create(user=user, name="tests")
+    return Client(headers={"Authorization": f"Bearer {raw}"})
+
+
+@pytest.fixture
+def api(user: User) -> Client:
+    """A client authenticated as ``user`` with a bearer token."""
+    return token_client(user)
+
+
+@pytest.fixture
+def other_api(other_user: User) -> Client:
+    return token_client(other_user)
+
+
+@pytest.fixture
+def staff_api(staff_user: User) -> Client:
+    return token_client(staff_user)
+
+
+@pytest.fixture
+def store() -> Any:
+    return get_trace_store()
+
+
+@pytest.fixture(autouse=True)
+def _fresh_channel_layers() -> Iterator[None]:
+    """Each test gets new channel layer instances (the in-memory one keeps state)."""
+    channel_layers.backends.clear()
+    yield
+    channel_layers.backends.clear()

@@ -1,0 +1,20 @@
+"""Settings for the test suite: the project's settings on PostgreSQL, with fast hashing."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+os.environ.setdefault(
+    "DATABASE_URL",
+    os.environ.get("TEST_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/devassist"),
+)
+os.environ.setdefault("DEVASSIST_VAR_DIR", tempfile.mkdtemp(prefix="devassist-test-var-"))
+os.environ.setdefault("LOG_FORMAT", "console")
+os.environ.setdefault("LOG_LEVEL", "WARNING")
+os.environ.pop("REDIS_URL", None)
+
+from devassist.settings import *  # noqa: F403
+
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+TEST_REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/0")

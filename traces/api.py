@@ -1,0 +1,229 @@
+"""Trace REST API: ingestion for any agent, and reads that stay fast on huge traces."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from django.conf import settings
+from django.http import HttpRequest
+from ninja import Field as NinjaField
+from ninja import Query, Router, Schema
+
+from devassist.auth import api_user
+from devassist.errors import Forbidden
+from traces.access import can_view, can_write
+from traces.models import Trace
+from traces.projections import step_dict, step_row, trace_dict
+from traces.schemas import (
+    EventsOut,
+    NodeOut,
+    StepFullOut,
+    StepIn,
+    StepPatch,
+    StepsAddedOut,
+    TraceCompleteIn,
+    TraceIn,
+    TraceListOut,
+    TraceModeName,
+    TraceOut,
+    TraceStatusName,
+    TreeOut,
+)
+from traces.store import MAX_DEPTH, StepCreate, TraceNotFound, get_trace_store
+
+router = Router(tags=["traces"])
+
+TREE_MAX_STEPS = 50_000
+
+
+class TraceListQuery(Schema):
+    mode: TraceModeName | None = None
+    status: TraceStatusName | None = None
+    agent_type: str | None = NinjaField(None, max_length=100)
+    q: str | None = NinjaField(None, max_length=500)
+    limit: int = NinjaField(20, ge=1, le=100)
+    cursor: str | None = NinjaField(None, max_length=200)
+
+
+class TreeQuery(Schema):
+    view: str = NinjaField("compact", pattern="^(compact|full)$")
+    max_depth: int | None = NinjaField(None, ge=1, le=1000)
+
+
+class NodeQuery(Schema):
+    expand: bool = NinjaField(False, description="Include every node's full data.")
+    max_depth: int = NinjaField(1, ge=1, le=MAX_DEPTH)
+    offset: int = NinjaField(0, ge=0)
+    limit: int = NinjaField(100, ge=1, le=settings.TRACE_NODE_WINDOW_MAX)
+
+
+class EventsQuery(Schema):
+    after_seq: int = NinjaField(0, ge=0)
+    limit: int = NinjaField(1000, ge=1, le=settings.TRACE_EVENT_PAGE_MAX)
+
+
+async def _visible_trace(request: HttpRequest, trace_id: uuid.UUID) -> Trace:
+    trace = await get_trace_store().get_trace(trace_id)
+    if not can_view(api_user(request), trace):
+        raise TraceNotFound(f"Trace {trace_id} does not exist.")
+    return trace
+
+
+async def _writable_trace(request: HttpRequest, trace_id: uuid.UUID) -> Trace:
+    trace = await _visible_trace(request, trace_id)
+    if not can_write(api_user(request), trace):
+        raise Forbidden("Only the trace's owner can record into it.")
+    return trace
+
+
+def _parse_node_id(step_id: str) -> uuid.UUID | None:
+    if step_id in {"root", "null"}:
+        return None
+    try:
+        return uuid.UUID(step_id)
+    except ValueError as exc:
+        from ninja.errors import ValidationError
+
+        raise ValidationError(
+            [
+                {
+                    "loc": ("path", "step_id"),
+                    "msg": "must be a UUID, 'root' or 'null'",
+                    "type": "uuid_parsing",
+                }
+            ]
+        ) from exc
+
+
+# --- ingestion ----------------------------------------------------------------------------------
+
+
+@router.post("", response={201: TraceOut}, url_name="create_trace")
+async def create_trace(request: HttpRequest, payload: TraceIn) -> tuple[int, dict[str, Any]]:
+    trace = await get_trace_store().create_trace(
+        user=api_user(request),
+        task=payload.task,
+        mode=payload.mode,
+        agent_type=payload.agent_type,
+        metadata=payload.metadata,
+    )
+    return 201, trace_dict(trace)
+
+
+@router.post("/{trace_id}/steps", response={201: StepsAddedOut}, url_name="add_steps")
+async def add_steps(
+    request: HttpRequest, trace_id: uuid.UUID, payload: list[StepIn] | StepIn
+) -> tuple[int, dict[str, Any]]:
+    """Add one step or a list of up to 1,000, atomically. Client-chosen ids are idempotent."""
+    items = payload if isinstance(payload, list) else [payload]
+    await _writable_trace(request, trace_id)
+    added = await get_trace_store().add_steps(
+        trace_id, [StepCreate(**item.model_dump()) for item in items]
+    )
+    return 201, {
+        "steps": [step_dict(step_row(s)) for s in added.steps],
+        "created": added.created,
+        "existing": len(added.steps) - added.created,
+    }
+
+
+@router.patch("/{trace_id}/steps/{step_id}", response=StepFullOut, url_name="update_step")
+async def update_step(
+    request: HttpRequest, trace_id: uuid.UUID, step_id: uuid.UUID, payload: StepPatch
+) -> dict[str, Any]:
+    await _writable_trace(request, trace_id)
+    step = await get_trace_store().update_step(
+        trace_id, step_id, payload.model_dump(exclude_unset=True)
+    )
+    return step_dict(step_row(step, full=True), full=True)
+
+
+@router.post("/{trace_id}/complete", response=TraceOut, url_name="complete_trace")
+async def complete_trace(
+    request: HttpRequest, trace_id: uuid.UUID, payload: TraceCompleteIn
+) -> dict[str, Any]:
+    await _writable_trace(request, trace_id)
+    trace = await get_trace_store().complete_trace(
+        trace_id, status=payload.status, total_duration_ms=payload.total_duration_ms
+    )
+    return trace_dict(trace)
+
+
+# --- reads --------------------------------------------------------------------------------------
+
+
+@router.get("", response=TraceListOut, url_name="list_traces")
+async def list_traces(request: HttpRequest, filters: Query[TraceListQuery]) -> dict[str, Any]:
+    """Newest first. Users see their own traces, staff everyone's."""
+    user = api_user(request)
+    page = await get_trace_store().list_traces(
+        user=None if user.is_staff else user,
+        mode=filters.mode,
+        status=filters.status,
+        agent_type=filters.agent_type,
+        q=filters.q,
+        limit=filters.limit,
+        cursor=filters.cursor,
+    )
+    return {"traces": [trace_dict(t) for t in page.traces], "next_cursor": page.next_cursor}
+
+
+@router.get("/{trace_id}", response=TraceOut, url_name="get_trace")
+async def get_trace(request: HttpRequest, trace_id: uuid.UUID) -> dict[str, Any]:
+    return trace_dict(await _visible_trace(request, trace_id))
+
+
+@router.get("/{trace_id}/tree", response=TreeOut, url_name="trace_tree")
+async def trace_tree(
+    request: HttpRequest, trace_id: uuid.UUID, query: Query[TreeQuery]
+) -> dict[str, Any]:
+    """The whole tree in two queries. ``compact`` (default) leaves out ``data`` (see
+    ``data_preview``); for traces past 50,000 steps use ``max_depth`` or the node endpoint."""
+    trace = await _visible_trace(request, trace_id)
+    roots = await get_trace_store().get_tree(
+        trace, max_depth=query.max_depth, full=query.view == "full"
+    )
+    return {"trace": trace_dict(trace), "root_steps": roots}
+
+
+@router.get("/{trace_id}/node/{step_id}", response=NodeOut, url_name="trace_node")
+async def trace_node(
+    request: HttpRequest, trace_id: uuid.UUID, step_id: str, query: Query[NodeQuery]
+) -> dict[str, Any]:
+    """A step (``root`` or ``null`` for the top level) with a window of its children, nested
+    ``max_depth`` levels; one query per level."""
+    node_id = _parse_node_id(step_id)
+    trace = await _visible_trace(request, trace_id)
+    window = await get_trace_store().get_subtree(
+        trace,
+        node_id,
+        max_depth=query.max_depth,
+        offset=query.offset,
+        limit=query.limit,
+        full=query.expand,
+    )
+    return {
+        "step": window.step,
+        "children": window.children,
+        "total_children": window.total_children,
+        "next_offset": window.next_offset,
+    }
+
+
+@router.get("/{trace_id}/steps/{step_id}", response=StepFullOut, url_name="get_step")
+async def get_step(request: HttpRequest, trace_id: uuid.UUID, step_id: uuid.UUID) -> dict[str, Any]:
+    await _visible_trace(request, trace_id)
+    step = await get_trace_store().get_step(trace_id, step_id)
+    return step_dict(step_row(step, full=True), full=True)
+
+
+@router.get("/{trace_id}/events", response=EventsOut, url_name="trace_events")
+async def trace_events(
+    request: HttpRequest, trace_id: uuid.UUID, query: Query[EventsQuery]
+) -> dict[str, Any]:
+    """The event log after ``after_seq``, oldest first, as the websocket sends it."""
+    trace = await _visible_trace(request, trace_id)
+    events = await get_trace_store().events_after(trace_id, query.after_seq, limit=query.limit)
+    last = events[-1]["seq"] if events else query.after_seq
+    return {"events": events, "last_seq": trace.last_seq, "has_more": last < trace.last_seq}

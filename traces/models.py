@@ -1,0 +1,199 @@
+"""Traces: every agent run as a tree of steps, with rollups kept on write and an event log.
+
+Only ``traces.store`` writes these rows; the fields below that it maintains (``seq``, ``depth``,
+``path``, ``children_count``, the ``subtree_*`` rollups, the trace totals and ``last_seq``) are
+never recomputed on read.
+"""
+
+from __future__ import annotations
+
+import uuid
+from decimal import Decimal
+
+from django.conf import settings
+from django.db import models
+
+
+def money_field() -> models.DecimalField:
+    """Costs in USD, exact to 1e-8."""
+    return models.DecimalField(max_digits=20, decimal_places=8, default=Decimal(0))
+
+
+class TraceMode(models.TextChoices):
+    CALL = "call"
+    AGENT = "agent"
+
+
+class TraceStatus(models.TextChoices):
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+FINAL_TRACE_STATUSES = (TraceStatus.COMPLETED, TraceStatus.FAILED, TraceStatus.CANCELLED)
+
+
+class StepType(models.TextChoices):
+    GOAL = "goal"
+    THOUGHT = "thought"
+    ACTION = "action"
+    RESULT = "result"
+    RESPONSE = "response"
+    MEMORY_READ = "memory_read"
+    MEMORY_WRITE = "memory_write"
+    FEEDBACK = "feedback"
+
+
+class StepStatus(models.TextChoices):
+    PLANNED = "planned"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    SKIPPED = "skipped"
+
+
+class TraceQuerySet(models.QuerySet["Trace"]):
+    def visible_to(self, user: models.Model) -> TraceQuerySet:
+        """Staff see every trace; everyone else their own."""
+        if getattr(user, "is_staff", False):
+            return self
+        return self.filter(user=user)
+
+    def newest_first(self) -> TraceQuerySet:
+        return self.order_by("-created_at", "-id")
+
+
+class Trace(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    mode = models.CharField(max_length=16, choices=TraceMode.choices, default=TraceMode.AGENT)
+    task = models.TextField(blank=True)
+    agent_type = models.CharField(max_length=100, default="devassist")
+    status = models.CharField(
+        max_length=16, choices=TraceStatus.choices, default=TraceStatus.RUNNING
+    )
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="traces",
+    )
+    total_steps = models.PositiveIntegerField(default=0)
+    total_tokens = models.PositiveBigIntegerField(default=0)
+    total_cost = money_field()
+    total_duration_ms = models.PositiveBigIntegerField(null=True, blank=True)
+    error_count = models.PositiveIntegerField(default=0)
+    root_count = models.PositiveIntegerField(default=0, help_text="Steps without a parent.")
+    last_seq = models.PositiveBigIntegerField(
+        default=0, help_text="Sequence number of the newest event in this trace's event log."
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    completed_at = models.DateTimeField(null=True, blank=True)
+    metadata = models.JSONField(default=dict, blank=True)
+
+    objects = TraceQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [
+            models.Index(fields=["-created_at", "-id"], name="trace_newest"),
+            models.Index(fields=["user", "-created_at", "-id"], name="trace_user_newest"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.task[:60] or self.id} ({self.status})"
+
+    @property
+    def is_running(self) -> bool:
+        return self.status == TraceStatus.RUNNING
+
+
+class StepQuerySet(models.QuerySet["Step"]):
+    def for_trace(self, trace: Trace | uuid.UUID) -> StepQuerySet:
+        return self.filter(trace=trace)
+
+    def roots(self) -> StepQuerySet:
+        return self.filter(parent__isnull=True)
+
+    def in_order(self) -> StepQuerySet:
+        return self.order_by("seq")
+
+
+class Step(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    trace = models.ForeignKey(Trace, on_delete=models.CASCADE, related_name="steps")
+    parent = models.ForeignKey(
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="children",
+        db_index=False,  # covered by the (trace, parent, seq) index
+    )
+    seq = models.PositiveBigIntegerField(help_text="Creation order; unique within the trace.")
+    depth = models.PositiveIntegerField(default=0)
+    path = models.JSONField(
+        default=list, blank=True, help_text="The ancestors' seq numbers, root first."
+    )
+    step_type = models.CharField(max_length=16, choices=StepType.choices)
+    status = models.CharField(
+        max_length=16, choices=StepStatus.choices, default=StepStatus.COMPLETED
+    )
+    name = models.CharField(max_length=200, blank=True)
+    description = models.TextField(blank=True)
+    data = models.JSONField(default=dict, blank=True)
+    data_preview = models.CharField(max_length=200, blank=True)
+    data_bytes = models.PositiveIntegerField(default=0)
+    error = models.TextField(blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    duration_ms = models.PositiveBigIntegerField(null=True, blank=True)
+    tokens = models.PositiveIntegerField(default=0)
+    cost = money_field()
+    children_count = models.PositiveIntegerField(default=0)
+    subtree_steps = models.PositiveIntegerField(
+        default=1, help_text="Steps in the subtree, itself included."
+    )
+    subtree_error_count = models.PositiveIntegerField(default=0)
+    subtree_tokens = models.PositiveBigIntegerField(default=0)
+    subtree_cost = money_field()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = StepQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["trace", "seq"]
+        constraints = [
+            models.UniqueConstraint(fields=["trace", "seq"], name="step_unique_seq_per_trace"),
+        ]
+        indexes = [
+            models.Index(fields=["trace", "parent", "seq"], name="step_children"),
+            models.Index(fields=["trace", "depth", "seq"], name="step_depth"),
+        ]
+
+    def __str__(self) -> str:
+        return f"#{self.seq} {self.step_type} {self.name}".strip()
+
+    @property
+    def is_error(self) -> bool:
+        return self.status == StepStatus.FAILED or bool(self.error)
+
+
+class TraceEvent(models.Model):
+    """The per-trace event log: what the watch websocket sends, replayable by ``seq``."""
+
+    trace = models.ForeignKey(Trace, on_delete=models.CASCADE, related_name="events")
+    seq = models.PositiveBigIntegerField()
+    event = models.CharField(max_length=32)
+    payload = models.JSONField(default=dict)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["trace", "seq"]
+        constraints = [
+            models.UniqueConstraint(fields=["trace", "seq"], name="trace_event_unique_seq"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.event} #{self.seq}"

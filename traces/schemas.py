@@ -1,0 +1,148 @@
+"""Request and response schemas of the trace API."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from decimal import Decimal
+from typing import Any, Literal
+
+from ninja import Field, Schema
+
+StepTypeName = Literal[
+    "goal", "thought", "action", "result", "response", "memory_read", "memory_write", "feedback"
+]
+StepStatusName = Literal["planned", "running", "completed", "failed", "skipped"]
+TraceStatusName = Literal["running", "completed", "failed", "cancelled"]
+FinalStatusName = Literal["completed", "failed", "cancelled"]
+TraceModeName = Literal["call", "agent"]
+
+
+class TraceIn(Schema):
+    task: str = Field("", max_length=20_000)
+    mode: TraceModeName = "agent"
+    agent_type: str = Field("external", min_length=1, max_length=100)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class TraceOut(Schema):
+    trace_id: uuid.UUID
+    mode: TraceModeName
+    task: str
+    agent_type: str
+    status: TraceStatusName
+    user: str | None
+    total_steps: int
+    total_tokens: int
+    total_cost: float
+    total_duration_ms: int | None
+    error_count: int
+    root_count: int
+    last_seq: int
+    created_at: datetime
+    completed_at: datetime | None
+    metadata: dict[str, Any]
+
+
+class TraceListOut(Schema):
+    traces: list[TraceOut]
+    next_cursor: str | None
+
+
+class StepIn(Schema):
+    id: uuid.UUID | None = Field(None, description="Client-chosen id; re-sending it is a no-op.")
+    parent_id: uuid.UUID | None = None
+    step_type: StepTypeName
+    status: StepStatusName = "completed"
+    name: str = Field("", max_length=200)
+    description: str = Field("", max_length=20_000)
+    data: Any = Field(default_factory=dict)
+    error: str = Field("", max_length=100_000)
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    duration_ms: int | None = Field(None, ge=0)
+    tokens: int = Field(0, ge=0, le=2**31 - 1)
+    cost: Decimal = Field(Decimal(0), ge=0, max_digits=20, decimal_places=8)
+
+
+class StepPatch(Schema):
+    status: StepStatusName | None = None
+    name: str | None = Field(None, max_length=200)
+    description: str | None = Field(None, max_length=20_000)
+    data: Any = None
+    error: str | None = Field(None, max_length=100_000)
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    duration_ms: int | None = Field(None, ge=0)
+    tokens: int | None = Field(None, ge=0, le=2**31 - 1)
+    cost: Decimal | None = Field(None, ge=0, max_digits=20, decimal_places=8)
+
+
+class TraceCompleteIn(Schema):
+    status: FinalStatusName = "completed"
+    total_duration_ms: int | None = Field(None, ge=0)
+
+
+class StepOut(Schema):
+    step_id: uuid.UUID
+    trace_id: uuid.UUID
+    parent_id: uuid.UUID | None
+    seq: int
+    depth: int
+    step_type: StepTypeName
+    status: StepStatusName
+    name: str
+    description: str
+    error: str
+    started_at: datetime | None
+    finished_at: datetime | None
+    duration_ms: int | None
+    tokens: int
+    cost: float
+    children_count: int
+    has_children: bool
+    subtree_steps: int
+    subtree_error_count: int
+    subtree_tokens: int
+    subtree_cost: float
+    data_preview: str
+    data_bytes: int
+
+
+class StepFullOut(StepOut):
+    path: list[int]
+    data: Any
+
+
+class StepsAddedOut(Schema):
+    steps: list[StepOut]
+    created: int
+    existing: int
+
+
+class StepNode(StepOut):
+    data: Any = Field(None, description="Only with view=full / expand=true.")
+    children: list[StepNode]
+
+
+class TreeOut(Schema):
+    trace: TraceOut
+    root_steps: list[StepNode]
+
+
+class NodeOut(Schema):
+    step: StepNode | None
+    children: list[StepNode]
+    total_children: int
+    next_offset: int | None
+
+
+class EventOut(Schema):
+    event: str
+    seq: int
+
+
+class EventsOut(Schema):
+    events: list[dict[str, Any]]
+    last_seq: int
+    has_more: bool

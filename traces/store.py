@@ -1,0 +1,833 @@
+"""The trace store: the only writer of traces and steps and the only broadcaster of their events.
+
+``TraceStore`` is the async protocol agents and views use; ``OrmTraceStore`` implements it on the
+Django ORM. Writes lock the trace row (``SELECT ... FOR UPDATE``), so per trace they are
+serialised: a step's ``seq`` is the ``seq`` of its ``step_added`` event, both come from
+``Trace.last_seq``, and seq order is commit order. Events are broadcast to the channel group
+``trace.<id>`` only after their transaction commits.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from decimal import Decimal
+from functools import lru_cache
+from http import HTTPStatus
+from typing import Any, Protocol
+
+import structlog
+from asgiref.sync import sync_to_async
+from channels.layers import get_channel_layer
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Case, DecimalField, F, IntegerField, Q, Value, When
+from django.db.models.expressions import Window
+from django.db.models.functions import RowNumber
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+from django.utils.module_loading import import_string
+
+from devassist.errors import BadRequest, Conflict, NotFound, PayloadTooLarge
+from traces.models import (
+    FINAL_TRACE_STATUSES,
+    Step,
+    StepStatus,
+    StepType,
+    Trace,
+    TraceEvent,
+    TraceMode,
+    TraceStatus,
+)
+from traces.projections import (
+    STEP_FULL_FIELDS,
+    STEP_SKELETON_FIELDS,
+    data_summary,
+    step_dict,
+    step_row,
+    trace_dict,
+    trace_totals,
+)
+
+logger = structlog.get_logger(__name__)
+
+MAX_DEPTH = 10
+
+
+# --- errors -------------------------------------------------------------------------------------
+
+
+class TraceNotFound(NotFound):
+    code = "trace_not_found"
+
+
+class StepNotFound(NotFound):
+    code = "step_not_found"
+
+
+class TraceNotRunning(Conflict):
+    code = "trace_not_running"
+
+
+class StepIdConflict(Conflict):
+    code = "step_id_conflict"
+
+
+class InvalidParent(BadRequest):
+    code = "invalid_parent"
+
+
+class InvalidStep(BadRequest):
+    code = "invalid_step"
+
+
+class BatchTooLarge(PayloadTooLarge):
+    code = "batch_too_large"
+
+
+class InvalidCursor(BadRequest):
+    code = "validation_error"
+    status = HTTPStatus.UNPROCESSABLE_ENTITY
+
+
+# --- values crossing the store boundary ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StepCreate:
+    """A step to add. ``id`` may be chosen by the client; ``parent_id`` must exist in the trace
+    or come earlier in the same batch."""
+
+    step_type: str
+    id: uuid.UUID | None = None
+    parent_id: uuid.UUID | None = None
+    status: str = StepStatus.COMPLETED
+    name: str = ""
+    description: str = ""
+    data: Any = field(default_factory=dict)
+    error: str = ""
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    duration_ms: int | None = None
+    tokens: int = 0
+    cost: Decimal = Decimal(0)
+
+
+#: Fields ``update_step`` accepts.
+UPDATABLE_STEP_FIELDS = frozenset(
+    {
+        "status",
+        "name",
+        "description",
+        "data",
+        "error",
+        "started_at",
+        "finished_at",
+        "duration_ms",
+        "tokens",
+        "cost",
+    }
+)
+
+
+@dataclass(frozen=True)
+class AddedSteps:
+    """The batch's steps in batch order (stored ones for re-sent ids) and how many are new."""
+
+    steps: list[Step]
+    created: int
+
+
+@dataclass(frozen=True)
+class TracePage:
+    traces: list[Trace]
+    next_cursor: str | None
+
+
+@dataclass(frozen=True)
+class StepWindow:
+    """A node (None for the top level) with a window of its children, nested to a depth."""
+
+    step: dict[str, Any] | None
+    children: list[dict[str, Any]]
+    total_children: int
+    next_offset: int | None
+
+
+class TraceStore(Protocol):
+    async def create_trace(
+        self,
+        *,
+        user: Any,
+        task: str,
+        mode: str = TraceMode.AGENT,
+        agent_type: str = "devassist",
+        metadata: dict[str, Any] | None = None,
+    ) -> Trace: ...
+
+    async def get_trace(self, trace_id: uuid.UUID) -> Trace: ...
+
+    async def list_traces(
+        self,
+        *,
+        user: Any | None,
+        mode: str | None = None,
+        status: str | None = None,
+        agent_type: str | None = None,
+        q: str | None = None,
+        limit: int = 20,
+        cursor: str | None = None,
+    ) -> TracePage: ...
+
+    async def add_steps(self, trace_id: uuid.UUID, steps: Sequence[StepCreate]) -> AddedSteps: ...
+
+    async def add_step(self, trace_id: uuid.UUID, step: StepCreate) -> Step: ...
+
+    async def update_step(
+        self, trace_id: uuid.UUID, step_id: uuid.UUID, changes: dict[str, Any]
+    ) -> Step: ...
+
+    async def get_step(self, trace_id: uuid.UUID, step_id: uuid.UUID) -> Step: ...
+
+    async def get_children(
+        self, trace_id: uuid.UUID, parent_id: uuid.UUID | None, *, offset: int = 0, limit: int = 100
+    ) -> tuple[list[Step], int]: ...
+
+    async def get_subtree(
+        self,
+        trace: Trace,
+        step_id: uuid.UUID | None,
+        *,
+        max_depth: int = 1,
+        offset: int = 0,
+        limit: int = 100,
+        full: bool = False,
+    ) -> StepWindow: ...
+
+    async def get_tree(
+        self, trace: Trace, *, max_depth: int | None = None, full: bool = False
+    ) -> list[dict[str, Any]]: ...
+
+    async def complete_trace(
+        self,
+        trace_id: uuid.UUID,
+        *,
+        status: str = TraceStatus.COMPLETED,
+        total_duration_ms: int | None = None,
+    ) -> Trace: ...
+
+    async def events_after(
+        self, trace_id: uuid.UUID, after_seq: int, *, limit: int = 1000
+    ) -> list[dict[str, Any]]: ...
+
+
+# --- helpers ------------------------------------------------------------------------------------
+
+
+def group_name(trace_id: uuid.UUID | str) -> str:
+    return f"trace.{trace_id}"
+
+
+def encode_cursor(created_at: datetime, trace_id: uuid.UUID) -> str:
+    raw = f"{created_at.isoformat()}|{trace_id}".encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
+    try:
+        padded = cursor + "=" * (-len(cursor) % 4)
+        created_raw, _, id_raw = base64.urlsafe_b64decode(padded).decode().partition("|")
+        created_at = parse_datetime(created_raw)
+        if created_at is None:
+            raise ValueError("bad timestamp")
+        return created_at, uuid.UUID(id_raw)
+    except (ValueError, binascii.Error, UnicodeDecodeError) as exc:
+        raise InvalidCursor(
+            "Invalid cursor: pass back the next_cursor of a previous page.",
+            details={"errors": [{"loc": ["query", "cursor"], "msg": "invalid cursor"}]},
+        ) from exc
+
+
+def _is_error(status: str, error: str) -> bool:
+    return status == StepStatus.FAILED or bool(error)
+
+
+def _duration(
+    started_at: datetime | None, finished_at: datetime | None, duration_ms: int | None
+) -> int | None:
+    if duration_ms is not None:
+        return duration_ms
+    if started_at and finished_at and finished_at >= started_at:
+        return int((finished_at - started_at).total_seconds() * 1000)
+    return None
+
+
+@dataclass
+class _Delta:
+    steps: int = 0
+    errors: int = 0
+    tokens: int = 0
+    cost: Decimal = Decimal(0)
+    children: int = 0
+
+
+def _apply_deltas(trace_id: uuid.UUID, deltas: dict[int, _Delta]) -> None:
+    """Add rollup deltas to existing steps, keyed by seq, in one UPDATE per 500 steps."""
+    seqs = [seq for seq, d in deltas.items() if d != _Delta()]
+    for start in range(0, len(seqs), 500):
+        chunk = seqs[start : start + 500]
+
+        def case(attr: str, output: Any, chunk: list[int] = chunk) -> Case:
+            whens = [
+                When(seq=seq, then=Value(getattr(deltas[seq], attr)))
+                for seq in chunk
+                if getattr(deltas[seq], attr)
+            ]
+            return Case(*whens, default=Value(0), output_field=output)
+
+        money = DecimalField(max_digits=20, decimal_places=8)
+        Step.objects.filter(trace_id=trace_id, seq__in=chunk).update(
+            subtree_steps=F("subtree_steps") + case("steps", IntegerField()),
+            subtree_error_count=F("subtree_error_count") + case("errors", IntegerField()),
+            subtree_tokens=F("subtree_tokens") + case("tokens", IntegerField()),
+            subtree_cost=F("subtree_cost") + case("cost", money),
+            children_count=F("children_count") + case("children", IntegerField()),
+        )
+
+
+def _locked_running_trace(trace_id: uuid.UUID) -> Trace:
+    trace = Trace.objects.select_for_update().filter(pk=trace_id).first()
+    if trace is None:
+        raise TraceNotFound(f"Trace {trace_id} does not exist.")
+    if not trace.is_running:
+        raise TraceNotRunning(
+            f"Trace {trace_id} is {trace.status}; it takes no more changes.",
+            details={"status": trace.status},
+        )
+    return trace
+
+
+def _step_event(event: str, seq: int, trace: Trace, **payload: Any) -> TraceEvent:
+    return TraceEvent(
+        trace=trace, seq=seq, event=event, payload={**payload, "totals": trace_totals(trace)}
+    )
+
+
+def event_dict(event: TraceEvent) -> dict[str, Any]:
+    return {"event": event.event, "seq": event.seq, **event.payload}
+
+
+# --- the ORM store ------------------------------------------------------------------------------
+
+
+class OrmTraceStore:
+    """``TraceStore`` on the Django ORM (PostgreSQL in production, SQLite for ``make run``)."""
+
+    # -- traces --
+
+    async def create_trace(
+        self,
+        *,
+        user: Any,
+        task: str,
+        mode: str = TraceMode.AGENT,
+        agent_type: str = "devassist",
+        metadata: dict[str, Any] | None = None,
+    ) -> Trace:
+        trace = await Trace.objects.acreate(
+            user=user, task=task, mode=mode, agent_type=agent_type, metadata=metadata or {}
+        )
+        logger.info("trace_created", trace_id=str(trace.id), mode=mode, agent_type=agent_type)
+        return trace
+
+    async def get_trace(self, trace_id: uuid.UUID) -> Trace:
+        trace = await Trace.objects.select_related("user").filter(pk=trace_id).afirst()
+        if trace is None:
+            raise TraceNotFound(f"Trace {trace_id} does not exist.")
+        return trace
+
+    async def list_traces(
+        self,
+        *,
+        user: Any | None,
+        mode: str | None = None,
+        status: str | None = None,
+        agent_type: str | None = None,
+        q: str | None = None,
+        limit: int = 20,
+        cursor: str | None = None,
+    ) -> TracePage:
+        """Newest first; ``user=None`` lists everyone's traces."""
+        qs = Trace.objects.select_related("user").newest_first()
+        if user is not None:
+            qs = qs.filter(user=user)
+        if mode:
+            qs = qs.filter(mode=mode)
+        if status:
+            qs = qs.filter(status=status)
+        if agent_type:
+            qs = qs.filter(agent_type=agent_type)
+        if q:
+            qs = qs.filter(task__icontains=q)
+        if cursor:
+            created_at, last_id = decode_cursor(cursor)
+            qs = qs.filter(Q(created_at__lt=created_at) | Q(created_at=created_at, id__lt=last_id))
+        rows = [trace async for trace in qs[: limit + 1]]
+        next_cursor = None
+        if len(rows) > limit:
+            rows = rows[:limit]
+            next_cursor = encode_cursor(rows[-1].created_at, rows[-1].id)
+        return TracePage(traces=rows, next_cursor=next_cursor)
+
+    async def complete_trace(
+        self,
+        trace_id: uuid.UUID,
+        *,
+        status: str = TraceStatus.COMPLETED,
+        total_duration_ms: int | None = None,
+    ) -> Trace:
+        trace, events = await sync_to_async(self._complete_trace)(
+            trace_id, status, total_duration_ms
+        )
+        await self._broadcast(trace_id, events)
+        return trace
+
+    def _complete_trace(
+        self, trace_id: uuid.UUID, status: str, total_duration_ms: int | None
+    ) -> tuple[Trace, list[dict[str, Any]]]:
+        if status not in FINAL_TRACE_STATUSES:
+            raise BadRequest(f"A trace completes as one of {', '.join(FINAL_TRACE_STATUSES)}.")
+        committed: list[dict[str, Any]] = []
+        with transaction.atomic():
+            trace = _locked_running_trace(trace_id)
+            now = timezone.now()
+            trace.status = status
+            trace.completed_at = now
+            if total_duration_ms is None:
+                total_duration_ms = int((now - trace.created_at).total_seconds() * 1000)
+            trace.total_duration_ms = total_duration_ms
+            trace.last_seq += 1
+            trace.save(update_fields=["status", "completed_at", "total_duration_ms", "last_seq"])
+            trace = Trace.objects.select_related("user").get(pk=trace.pk)
+            event = TraceEvent.objects.create(
+                trace=trace,
+                seq=trace.last_seq,
+                event="trace_completed",
+                payload={"trace": trace_dict(trace)},
+            )
+            payload = [event_dict(event)]
+            transaction.on_commit(lambda: committed.extend(payload))
+        logger.info("trace_completed", trace_id=str(trace_id), status=status)
+        return trace, committed
+
+    # -- steps: writes --
+
+    async def add_step(self, trace_id: uuid.UUID, step: StepCreate) -> Step:
+        return (await self.add_steps(trace_id, [step])).steps[0]
+
+    async def add_steps(self, trace_id: uuid.UUID, steps: Sequence[StepCreate]) -> AddedSteps:
+        """Add a batch atomically. Raises ``BatchTooLarge``, ``InvalidParent``, ``StepIdConflict``,
+        ``TraceNotFound``, ``TraceNotRunning``; a rejected batch writes nothing."""
+        result, events = await sync_to_async(self.add_steps_sync)(trace_id, steps)
+        await self._broadcast(trace_id, events)
+        return result
+
+    def add_steps_sync(
+        self, trace_id: uuid.UUID, steps: Sequence[StepCreate]
+    ) -> tuple[AddedSteps, list[dict[str, Any]]]:
+        """The synchronous core of ``add_steps``; returns the steps and the committed events
+        (empty while an outer transaction is still open)."""
+        if len(steps) > settings.TRACE_BATCH_MAX_STEPS:
+            raise BatchTooLarge(
+                f"A batch holds at most {settings.TRACE_BATCH_MAX_STEPS} steps, got {len(steps)}.",
+                details={"max_steps": settings.TRACE_BATCH_MAX_STEPS, "got": len(steps)},
+            )
+        if not steps:
+            return AddedSteps(steps=[], created=0), []
+        committed: list[dict[str, Any]] = []
+        with transaction.atomic():
+            trace = _locked_running_trace(trace_id)
+            stored, new_steps, events = self._build_batch(trace, steps)
+            Step.objects.bulk_create(new_steps, batch_size=500)
+            TraceEvent.objects.bulk_create(events, batch_size=500)
+            if new_steps:
+                trace.save(
+                    update_fields=[
+                        "last_seq",
+                        "total_steps",
+                        "total_tokens",
+                        "total_cost",
+                        "error_count",
+                        "root_count",
+                    ]
+                )
+            payload = [event_dict(event) for event in events]
+            transaction.on_commit(lambda: committed.extend(payload))
+        if new_steps:
+            logger.info("steps_added", trace_id=str(trace_id), count=len(new_steps))
+        return AddedSteps(steps=stored, created=len(new_steps)), committed
+
+    def _build_batch(
+        self, trace: Trace, items: Sequence[StepCreate]
+    ) -> tuple[list[Step], list[Step], list[TraceEvent]]:
+        ids = [item.id for item in items if item.id is not None]
+        if len(ids) != len(set(ids)):
+            raise InvalidStep("A step id appears twice in the batch.")
+        existing = {s.id: s for s in Step.objects.filter(id__in=ids)} if ids else {}
+        foreign = [str(sid) for sid, s in existing.items() if s.trace_id != trace.id]
+        if foreign:
+            raise StepIdConflict(
+                "Step ids already used in another trace.", details={"step_ids": foreign}
+            )
+        batch_ids = {item.id for item in items if item.id is not None and item.id not in existing}
+        outside_parents = {
+            item.parent_id
+            for item in items
+            if item.parent_id is not None and item.parent_id not in batch_ids
+        }
+        parents: dict[uuid.UUID, Step] = (
+            {
+                s.id: s
+                for s in Step.objects.filter(id__in=outside_parents).only(
+                    "id", "trace_id", "seq", "depth", "path"
+                )
+            }
+            if outside_parents
+            else {}
+        )
+        now = timezone.now()
+        deltas: dict[int, _Delta] = {}
+        by_seq: dict[int, Step] = {}
+        new_steps: list[Step] = []
+        stored: list[Step] = []
+        events: list[TraceEvent] = []
+        for index, item in enumerate(items):
+            if item.id is not None and item.id in existing:
+                stored.append(existing[item.id])
+                continue
+            if item.step_type not in StepType.values:
+                raise InvalidStep(
+                    f"Unknown step_type {item.step_type!r}.", details={"index": index}
+                )
+            if item.status not in StepStatus.values:
+                raise InvalidStep(f"Unknown status {item.status!r}.", details={"index": index})
+            parent = self._parent_for(trace, item, index, parents)
+            trace.last_seq += 1
+            seq = trace.last_seq
+            preview, size = data_summary(item.data)
+            error = 1 if _is_error(item.status, item.error) else 0
+            started_at = item.started_at or now
+            step = Step(
+                id=item.id or uuid.uuid4(),
+                trace=trace,
+                parent_id=parent.id if parent else None,
+                seq=seq,
+                depth=parent.depth + 1 if parent else 0,
+                path=[*parent.path, parent.seq] if parent else [],
+                step_type=item.step_type,
+                status=item.status,
+                name=item.name,
+                description=item.description,
+                data=item.data,
+                data_preview=preview,
+                data_bytes=size,
+                error=item.error,
+                started_at=started_at,
+                finished_at=item.finished_at,
+                duration_ms=_duration(started_at, item.finished_at, item.duration_ms),
+                tokens=item.tokens,
+                cost=item.cost,
+                subtree_steps=1,
+                subtree_error_count=error,
+                subtree_tokens=item.tokens,
+                subtree_cost=item.cost,
+            )
+            for ancestor_seq in step.path:
+                ancestor = by_seq.get(ancestor_seq)
+                if ancestor is not None:
+                    ancestor.subtree_steps += 1
+                    ancestor.subtree_error_count += error
+                    ancestor.subtree_tokens += item.tokens
+                    ancestor.subtree_cost += item.cost
+                else:
+                    delta = deltas.setdefault(ancestor_seq, _Delta())
+                    delta.steps += 1
+                    delta.errors += error
+                    delta.tokens += item.tokens
+                    delta.cost += item.cost
+            if parent is not None:
+                if parent.seq in by_seq:
+                    by_seq[parent.seq].children_count += 1
+                else:
+                    deltas.setdefault(parent.seq, _Delta()).children += 1
+            else:
+                trace.root_count += 1
+            if item.id is not None:
+                parents[step.id] = step
+            by_seq[seq] = step
+            new_steps.append(step)
+            stored.append(step)
+            trace.total_steps += 1
+            trace.total_tokens += item.tokens
+            trace.total_cost += item.cost
+            trace.error_count += error
+        _apply_deltas(trace.id, deltas)
+        # Events carry the steps as stored, rollups from later steps of the batch included.
+        for step in new_steps:
+            events.append(
+                _step_event("step_added", step.seq, trace, step=step_dict(step_row(step)))
+            )
+        return stored, new_steps, events
+
+    @staticmethod
+    def _parent_for(
+        trace: Trace, item: StepCreate, index: int, parents: dict[uuid.UUID, Step]
+    ) -> Step | None:
+        if item.parent_id is None:
+            return None
+        parent = parents.get(item.parent_id)
+        if parent is None:
+            raise InvalidParent(
+                f"Parent step {item.parent_id} does not exist in this trace "
+                "(a parent in the same batch must come before its children).",
+                details={"index": index, "parent_id": str(item.parent_id)},
+            )
+        if parent.trace_id != trace.id:
+            raise InvalidParent(
+                f"Parent step {item.parent_id} belongs to another trace.",
+                details={"index": index, "parent_id": str(item.parent_id)},
+            )
+        return parent
+
+    async def update_step(
+        self, trace_id: uuid.UUID, step_id: uuid.UUID, changes: dict[str, Any]
+    ) -> Step:
+        """Apply ``changes`` (a subset of ``UPDATABLE_STEP_FIELDS``), keep rollups right, and
+        emit ``step_updated`` with the changed fields (``data`` as its preview)."""
+        step, events = await sync_to_async(self.update_step_sync)(trace_id, step_id, changes)
+        await self._broadcast(trace_id, events)
+        return step
+
+    def update_step_sync(
+        self, trace_id: uuid.UUID, step_id: uuid.UUID, changes: dict[str, Any]
+    ) -> tuple[Step, list[dict[str, Any]]]:
+        unknown = set(changes) - UPDATABLE_STEP_FIELDS
+        if unknown:
+            raise InvalidStep(f"These fields cannot be updated: {', '.join(sorted(unknown))}.")
+        if not changes:
+            raise InvalidStep("Nothing to update: send at least one field.")
+        if "status" in changes and changes["status"] not in StepStatus.values:
+            raise InvalidStep(f"Unknown status {changes['status']!r}.")
+        committed: list[dict[str, Any]] = []
+        with transaction.atomic():
+            trace = _locked_running_trace(trace_id)
+            step = Step.objects.filter(trace=trace, pk=step_id).first()
+            if step is None:
+                raise StepNotFound(f"Step {step_id} does not exist in trace {trace_id}.")
+            was_error = 1 if step.is_error else 0
+            old_tokens, old_cost = step.tokens, step.cost
+            for name, value in changes.items():
+                if name in {"error", "name", "description"} and value is None:
+                    value = ""
+                setattr(step, name, value)
+            if (
+                "status" in changes
+                and step.status in (StepStatus.COMPLETED, StepStatus.FAILED, StepStatus.SKIPPED)
+                and step.finished_at is None
+            ):
+                step.finished_at = timezone.now()
+            if "duration_ms" not in changes and step.duration_ms is None:
+                step.duration_ms = _duration(step.started_at, step.finished_at, None)
+            updated = set(changes) | {"finished_at", "duration_ms"}
+            if "data" in changes:
+                step.data_preview, step.data_bytes = data_summary(step.data)
+                updated |= {"data_preview", "data_bytes"}
+            delta = _Delta(
+                errors=(1 if step.is_error else 0) - was_error,
+                tokens=step.tokens - old_tokens,
+                cost=step.cost - old_cost,
+            )
+            if delta != _Delta():
+                step.subtree_error_count += delta.errors
+                step.subtree_tokens += delta.tokens
+                step.subtree_cost += delta.cost
+                updated |= {"subtree_error_count", "subtree_tokens", "subtree_cost"}
+                _apply_deltas(trace.id, dict.fromkeys(step.path, delta))
+                trace.total_tokens += delta.tokens
+                trace.total_cost += delta.cost
+                trace.error_count += delta.errors
+            step.save(update_fields=sorted(updated))
+            trace.last_seq += 1
+            trace.save(update_fields=["last_seq", "total_tokens", "total_cost", "error_count"])
+            row = step_dict(step_row(step))
+            shown = updated - {"data"} | ({"data_preview"} if "data" in changes else set())
+            updates = {name: row[name] for name in sorted(shown) if name in row}
+            event = _step_event(
+                "step_updated", trace.last_seq, trace, step_id=str(step.id), updates=updates
+            )
+            event.save()
+            payload = [event_dict(event)]
+            transaction.on_commit(lambda: committed.extend(payload))
+        return step, committed
+
+    # -- steps: reads --
+
+    async def get_step(self, trace_id: uuid.UUID, step_id: uuid.UUID) -> Step:
+        step = await Step.objects.filter(trace_id=trace_id, pk=step_id).afirst()
+        if step is None:
+            raise StepNotFound(f"Step {step_id} does not exist in trace {trace_id}.")
+        return step
+
+    async def get_children(
+        self, trace_id: uuid.UUID, parent_id: uuid.UUID | None, *, offset: int = 0, limit: int = 100
+    ) -> tuple[list[Step], int]:
+        """A window of a step's children (top-level steps for ``None``) by seq, and their count."""
+        trace = await self.get_trace(trace_id)
+        qs = Step.objects.filter(trace=trace, parent_id=parent_id).order_by("seq")
+        if parent_id is None:
+            total = trace.root_count
+        else:
+            parent = await self.get_step(trace_id, parent_id)
+            total = parent.children_count
+        return [s async for s in qs[offset : offset + limit]], total
+
+    async def get_subtree(
+        self,
+        trace: Trace,
+        step_id: uuid.UUID | None,
+        *,
+        max_depth: int = 1,
+        offset: int = 0,
+        limit: int = 100,
+        full: bool = False,
+    ) -> StepWindow:
+        """The node ``step_id`` (top level for None) with children ``[offset, offset+limit)``,
+        each nested ``max_depth - 1`` levels deeper with its first ``limit`` children.
+
+        One query for the node and one per level."""
+        return await sync_to_async(self._get_subtree)(
+            trace, step_id, max_depth, offset, limit, full
+        )
+
+    def _get_subtree(
+        self,
+        trace: Trace,
+        step_id: uuid.UUID | None,
+        max_depth: int,
+        offset: int,
+        limit: int,
+        full: bool,
+    ) -> StepWindow:
+        fields = STEP_FULL_FIELDS if full else STEP_SKELETON_FIELDS
+        steps = Step.objects.filter(trace=trace)
+        node: dict[str, Any] | None = None
+        if step_id is None:
+            total = trace.root_count
+            level = steps.filter(parent__isnull=True)
+        else:
+            row = steps.filter(pk=step_id).values(*fields).first()
+            if row is None:
+                raise StepNotFound(f"Step {step_id} does not exist in trace {trace.id}.")
+            node = step_dict(row, full=full)
+            total = row["children_count"]
+            level = steps.filter(parent_id=step_id)
+        first = [
+            step_dict(r, full=full)
+            for r in level.order_by("seq").values(*fields)[offset : offset + limit]
+        ]
+        for child in first:
+            child["children"] = []
+        frontier = {c["step_id"]: c for c in first if c["has_children"]}
+        for _depth in range(1, max_depth):
+            if not frontier:
+                break
+            rows = (
+                steps.filter(parent_id__in=list(frontier))
+                .annotate(
+                    sibling_rank=Window(
+                        RowNumber(), partition_by=[F("parent_id")], order_by=F("seq").asc()
+                    )
+                )
+                .filter(sibling_rank__lte=limit)
+                .order_by("seq")
+                .values(*fields)
+            )
+            next_frontier: dict[str, dict[str, Any]] = {}
+            for r in rows:
+                child = step_dict(r, full=full)
+                child["children"] = []
+                frontier[child["parent_id"]]["children"].append(child)
+                if child["has_children"]:
+                    next_frontier[child["step_id"]] = child
+            frontier = next_frontier
+        end = offset + len(first)
+        return StepWindow(
+            step=node,
+            children=first,
+            total_children=total,
+            next_offset=end if end < total else None,
+        )
+
+    async def get_tree(
+        self, trace: Trace, *, max_depth: int | None = None, full: bool = False
+    ) -> list[dict[str, Any]]:
+        """The whole tree (to ``max_depth`` levels) as nested dicts in one query."""
+        return await sync_to_async(self._get_tree)(trace, max_depth, full)
+
+    def _get_tree(self, trace: Trace, max_depth: int | None, full: bool) -> list[dict[str, Any]]:
+        fields = STEP_FULL_FIELDS if full else STEP_SKELETON_FIELDS
+        qs = Step.objects.filter(trace=trace)
+        if max_depth is not None:
+            qs = qs.filter(depth__lt=max_depth)
+        nodes: dict[str, dict[str, Any]] = {}
+        roots: list[dict[str, Any]] = []
+        for row in qs.order_by("seq").values(*fields).iterator(chunk_size=2000):
+            node = step_dict(row, full=full)
+            node["children"] = []
+            nodes[node["step_id"]] = node
+            parent = nodes.get(node["parent_id"]) if node["parent_id"] else None
+            (parent["children"] if parent is not None else roots).append(node)
+        return roots
+
+    # -- events --
+
+    async def events_after(
+        self, trace_id: uuid.UUID, after_seq: int, *, limit: int = 1000
+    ) -> list[dict[str, Any]]:
+        """Logged events with ``seq > after_seq``, oldest first, at most ``limit``."""
+        qs = TraceEvent.objects.filter(trace_id=trace_id, seq__gt=after_seq).order_by("seq")
+        return [event_dict(e) async for e in qs[:limit]]
+
+    async def events_between(
+        self, trace_id: uuid.UUID, after_seq: int, up_to_seq: int
+    ) -> list[dict[str, Any]]:
+        """Logged events with ``after_seq < seq <= up_to_seq``, oldest first."""
+        qs = TraceEvent.objects.filter(
+            trace_id=trace_id, seq__gt=after_seq, seq__lte=up_to_seq
+        ).order_by("seq")
+        return [event_dict(e) async for e in qs]
+
+    async def _broadcast(self, trace_id: uuid.UUID, events: Iterable[dict[str, Any]]) -> None:
+        layer = get_channel_layer()
+        if layer is None:
+            return
+        for event in events:
+            try:
+                await layer.group_send(
+                    group_name(trace_id), {"type": "trace.event", "event": event}
+                )
+            except Exception:
+                # The event is in the log; watchers fill the gap from there on their next event.
+                logger.exception("trace_event_broadcast_failed", trace_id=str(trace_id))
+
+
+@lru_cache(maxsize=1)
+def get_trace_store() -> TraceStore:
+    """The store named by ``settings.TRACE_STORE["BACKEND"]`` (the ORM store by default)."""
+    config = getattr(settings, "TRACE_STORE", {"BACKEND": "traces.store.OrmTraceStore"})
+    store_class = import_string(config["BACKEND"])
+    return store_class(**config.get("OPTIONS", {}))
