@@ -7,8 +7,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from asgiref.sync import SyncToAsync
 from channels.layers import channel_layers
 from django.contrib.auth.models import User
+from django.db import connections
 from django.test import Client
 
 from devassist.services import api_token_create
@@ -67,6 +69,14 @@ def staff_api(staff_user: User) -> Client:
 @pytest.fixture
 def store() -> Any:
     return get_trace_store()
+
+
+@pytest.fixture(autouse=True)
+def _close_executor_connections() -> Iterator[None]:
+    """Async tests reach the database from asgiref's shared sync thread; close that thread's
+    connection after each test so the test database can be flushed and dropped."""
+    yield
+    SyncToAsync.single_thread_executor.submit(connections.close_all).result()
 
 
 @pytest.fixture(autouse=True)

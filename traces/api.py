@@ -8,7 +8,7 @@ from typing import Any
 from django.conf import settings
 from django.http import HttpRequest
 from ninja import Field as NinjaField
-from ninja import Query, Router, Schema
+from ninja import Query, Router, Schema, Status
 
 from devassist.auth import api_user
 from devassist.errors import Forbidden
@@ -100,7 +100,7 @@ def _parse_node_id(step_id: str) -> uuid.UUID | None:
 
 
 @router.post("", response={201: TraceOut}, url_name="create_trace")
-async def create_trace(request: HttpRequest, payload: TraceIn) -> tuple[int, dict[str, Any]]:
+async def create_trace(request: HttpRequest, payload: TraceIn) -> Status[dict[str, Any]]:
     trace = await get_trace_store().create_trace(
         user=api_user(request),
         task=payload.task,
@@ -108,24 +108,27 @@ async def create_trace(request: HttpRequest, payload: TraceIn) -> tuple[int, dic
         agent_type=payload.agent_type,
         metadata=payload.metadata,
     )
-    return 201, trace_dict(trace)
+    return Status(201, trace_dict(trace))
 
 
 @router.post("/{trace_id}/steps", response={201: StepsAddedOut}, url_name="add_steps")
 async def add_steps(
     request: HttpRequest, trace_id: uuid.UUID, payload: list[StepIn] | StepIn
-) -> tuple[int, dict[str, Any]]:
+) -> Status[dict[str, Any]]:
     """Add one step or a list of up to 1,000, atomically. Client-chosen ids are idempotent."""
     items = payload if isinstance(payload, list) else [payload]
     await _writable_trace(request, trace_id)
     added = await get_trace_store().add_steps(
         trace_id, [StepCreate(**item.model_dump()) for item in items]
     )
-    return 201, {
-        "steps": [step_dict(step_row(s)) for s in added.steps],
-        "created": added.created,
-        "existing": len(added.steps) - added.created,
-    }
+    return Status(
+        201,
+        {
+            "steps": [step_dict(step_row(s)) for s in added.steps],
+            "created": added.created,
+            "existing": len(added.steps) - added.created,
+        },
+    )
 
 
 @router.patch("/{trace_id}/steps/{step_id}", response=StepFullOut, url_name="update_step")

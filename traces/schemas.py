@@ -120,8 +120,11 @@ class StepsAddedOut(Schema):
     existing: int
 
 
-class StepNode(StepOut):
+class StepHead(StepOut):
     data: Any = Field(None, description="Only with view=full / expand=true.")
+
+
+class StepNode(StepHead):
     children: list[StepNode]
 
 
@@ -131,7 +134,7 @@ class TreeOut(Schema):
 
 
 class NodeOut(Schema):
-    step: StepNode | None
+    step: StepHead | None
     children: list[StepNode]
     total_children: int
     next_offset: int | None

@@ -8,7 +8,6 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
@@ -17,98 +16,232 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.CreateModel(
-            name='Trace',
+            name="Trace",
             fields=[
-                ('id', models.UUIDField(default=uuid.uuid4, editable=False, primary_key=True, serialize=False)),
-                ('mode', models.CharField(choices=[('call', 'Call'), ('agent', 'Agent')], default='agent', max_length=16)),
-                ('task', models.TextField(blank=True)),
-                ('agent_type', models.CharField(default='devassist', max_length=100)),
-                ('status', models.CharField(choices=[('running', 'Running'), ('completed', 'Completed'), ('failed', 'Failed'), ('cancelled', 'Cancelled')], default='running', max_length=16)),
-                ('total_steps', models.PositiveIntegerField(default=0)),
-                ('total_tokens', models.PositiveBigIntegerField(default=0)),
-                ('total_cost', models.DecimalField(decimal_places=8, default=Decimal('0'), max_digits=20)),
-                ('total_duration_ms', models.PositiveBigIntegerField(blank=True, null=True)),
-                ('error_count', models.PositiveIntegerField(default=0)),
-                ('root_count', models.PositiveIntegerField(default=0, help_text='Steps without a parent.')),
-                ('last_seq', models.PositiveBigIntegerField(default=0, help_text="Sequence number of the newest event in this trace's event log.")),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('completed_at', models.DateTimeField(blank=True, null=True)),
-                ('metadata', models.JSONField(blank=True, default=dict)),
-                ('user', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='traces', to=settings.AUTH_USER_MODEL)),
+                (
+                    "id",
+                    models.UUIDField(
+                        default=uuid.uuid4, editable=False, primary_key=True, serialize=False
+                    ),
+                ),
+                (
+                    "mode",
+                    models.CharField(
+                        choices=[("call", "Call"), ("agent", "Agent")],
+                        default="agent",
+                        max_length=16,
+                    ),
+                ),
+                ("task", models.TextField(blank=True)),
+                ("agent_type", models.CharField(default="devassist", max_length=100)),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("running", "Running"),
+                            ("completed", "Completed"),
+                            ("failed", "Failed"),
+                            ("cancelled", "Cancelled"),
+                        ],
+                        default="running",
+                        max_length=16,
+                    ),
+                ),
+                ("total_steps", models.PositiveIntegerField(default=0)),
+                ("total_tokens", models.PositiveBigIntegerField(default=0)),
+                (
+                    "total_cost",
+                    models.DecimalField(decimal_places=8, default=Decimal("0"), max_digits=20),
+                ),
+                ("total_duration_ms", models.PositiveBigIntegerField(blank=True, null=True)),
+                ("error_count", models.PositiveIntegerField(default=0)),
+                (
+                    "root_count",
+                    models.PositiveIntegerField(default=0, help_text="Steps without a parent."),
+                ),
+                (
+                    "last_seq",
+                    models.PositiveBigIntegerField(
+                        default=0,
+                        help_text="Sequence number of the newest event in this trace's event log.",
+                    ),
+                ),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("completed_at", models.DateTimeField(blank=True, null=True)),
+                ("metadata", models.JSONField(blank=True, default=dict)),
+                (
+                    "user",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="traces",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at', '-id'],
+                "ordering": ["-created_at", "-id"],
             },
         ),
         migrations.CreateModel(
-            name='Step',
+            name="Step",
             fields=[
-                ('id', models.UUIDField(default=uuid.uuid4, editable=False, primary_key=True, serialize=False)),
-                ('seq', models.PositiveBigIntegerField(help_text='Creation order; unique within the trace.')),
-                ('depth', models.PositiveIntegerField(default=0)),
-                ('path', models.JSONField(blank=True, default=list, help_text="The ancestors' seq numbers, root first.")),
-                ('step_type', models.CharField(choices=[('goal', 'Goal'), ('thought', 'Thought'), ('action', 'Action'), ('result', 'Result'), ('response', 'Response'), ('memory_read', 'Memory Read'), ('memory_write', 'Memory Write'), ('feedback', 'Feedback')], max_length=16)),
-                ('status', models.CharField(choices=[('planned', 'Planned'), ('running', 'Running'), ('completed', 'Completed'), ('failed', 'Failed'), ('skipped', 'Skipped')], default='completed', max_length=16)),
-                ('name', models.CharField(blank=True, max_length=200)),
-                ('description', models.TextField(blank=True)),
-                ('data', models.JSONField(blank=True, default=dict)),
-                ('data_preview', models.CharField(blank=True, max_length=200)),
-                ('data_bytes', models.PositiveIntegerField(default=0)),
-                ('error', models.TextField(blank=True)),
-                ('started_at', models.DateTimeField(blank=True, null=True)),
-                ('finished_at', models.DateTimeField(blank=True, null=True)),
-                ('duration_ms', models.PositiveBigIntegerField(blank=True, null=True)),
-                ('tokens', models.PositiveIntegerField(default=0)),
-                ('cost', models.DecimalField(decimal_places=8, default=Decimal('0'), max_digits=20)),
-                ('children_count', models.PositiveIntegerField(default=0)),
-                ('subtree_steps', models.PositiveIntegerField(default=1, help_text='Steps in the subtree, itself included.')),
-                ('subtree_error_count', models.PositiveIntegerField(default=0)),
-                ('subtree_tokens', models.PositiveBigIntegerField(default=0)),
-                ('subtree_cost', models.DecimalField(decimal_places=8, default=Decimal('0'), max_digits=20)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('parent', models.ForeignKey(blank=True, db_index=False, null=True, on_delete=django.db.models.deletion.CASCADE, related_name='children', to='traces.step')),
-                ('trace', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='steps', to='traces.trace')),
+                (
+                    "id",
+                    models.UUIDField(
+                        default=uuid.uuid4, editable=False, primary_key=True, serialize=False
+                    ),
+                ),
+                (
+                    "seq",
+                    models.PositiveBigIntegerField(
+                        help_text="Creation order; unique within the trace."
+                    ),
+                ),
+                ("depth", models.PositiveIntegerField(default=0)),
+                (
+                    "path",
+                    models.JSONField(
+                        blank=True,
+                        default=list,
+                        help_text="The ancestors' seq numbers, root first.",
+                    ),
+                ),
+                (
+                    "step_type",
+                    models.CharField(
+                        choices=[
+                            ("goal", "Goal"),
+                            ("thought", "Thought"),
+                            ("action", "Action"),
+                            ("result", "Result"),
+                            ("response", "Response"),
+                            ("memory_read", "Memory Read"),
+                            ("memory_write", "Memory Write"),
+                            ("feedback", "Feedback"),
+                        ],
+                        max_length=16,
+                    ),
+                ),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("planned", "Planned"),
+                            ("running", "Running"),
+                            ("completed", "Completed"),
+                            ("failed", "Failed"),
+                            ("skipped", "Skipped"),
+                        ],
+                        default="completed",
+                        max_length=16,
+                    ),
+                ),
+                ("name", models.CharField(blank=True, max_length=200)),
+                ("description", models.TextField(blank=True)),
+                ("data", models.JSONField(blank=True, default=dict)),
+                ("data_preview", models.CharField(blank=True, max_length=200)),
+                ("data_bytes", models.PositiveIntegerField(default=0)),
+                ("error", models.TextField(blank=True)),
+                ("started_at", models.DateTimeField(blank=True, null=True)),
+                ("finished_at", models.DateTimeField(blank=True, null=True)),
+                ("duration_ms", models.PositiveBigIntegerField(blank=True, null=True)),
+                ("tokens", models.PositiveIntegerField(default=0)),
+                (
+                    "cost",
+                    models.DecimalField(decimal_places=8, default=Decimal("0"), max_digits=20),
+                ),
+                ("children_count", models.PositiveIntegerField(default=0)),
+                (
+                    "subtree_steps",
+                    models.PositiveIntegerField(
+                        default=1, help_text="Steps in the subtree, itself included."
+                    ),
+                ),
+                ("subtree_error_count", models.PositiveIntegerField(default=0)),
+                ("subtree_tokens", models.PositiveBigIntegerField(default=0)),
+                (
+                    "subtree_cost",
+                    models.DecimalField(decimal_places=8, default=Decimal("0"), max_digits=20),
+                ),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "parent",
+                    models.ForeignKey(
+                        blank=True,
+                        db_index=False,
+                        null=True,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="children",
+                        to="traces.step",
+                    ),
+                ),
+                (
+                    "trace",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="steps",
+                        to="traces.trace",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['trace', 'seq'],
+                "ordering": ["trace", "seq"],
             },
         ),
         migrations.CreateModel(
-            name='TraceEvent',
+            name="TraceEvent",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('seq', models.PositiveBigIntegerField()),
-                ('event', models.CharField(max_length=32)),
-                ('payload', models.JSONField(default=dict)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('trace', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='events', to='traces.trace')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("seq", models.PositiveBigIntegerField()),
+                ("event", models.CharField(max_length=32)),
+                ("payload", models.JSONField(default=dict)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "trace",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="events",
+                        to="traces.trace",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['trace', 'seq'],
+                "ordering": ["trace", "seq"],
             },
         ),
         migrations.AddIndex(
-            model_name='trace',
-            index=models.Index(fields=['-created_at', '-id'], name='trace_newest'),
+            model_name="trace",
+            index=models.Index(fields=["-created_at", "-id"], name="trace_newest"),
         ),
         migrations.AddIndex(
-            model_name='trace',
-            index=models.Index(fields=['user', '-created_at', '-id'], name='trace_user_newest'),
+            model_name="trace",
+            index=models.Index(fields=["user", "-created_at", "-id"], name="trace_user_newest"),
         ),
         migrations.AddIndex(
-            model_name='step',
-            index=models.Index(fields=['trace', 'parent', 'seq'], name='step_children'),
+            model_name="step",
+            index=models.Index(fields=["trace", "parent", "seq"], name="step_children"),
         ),
         migrations.AddIndex(
-            model_name='step',
-            index=models.Index(fields=['trace', 'depth', 'seq'], name='step_depth'),
+            model_name="step",
+            index=models.Index(fields=["trace", "depth", "seq"], name="step_depth"),
         ),
         migrations.AddConstraint(
-            model_name='step',
-            constraint=models.UniqueConstraint(fields=('trace', 'seq'), name='step_unique_seq_per_trace'),
+            model_name="step",
+            constraint=models.UniqueConstraint(
+                fields=("trace", "seq"), name="step_unique_seq_per_trace"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='traceevent',
-            constraint=models.UniqueConstraint(fields=('trace', 'seq'), name='trace_event_unique_seq'),
+            model_name="traceevent",
+            constraint=models.UniqueConstraint(
+                fields=("trace", "seq"), name="trace_event_unique_seq"
+            ),
         ),
     ]

@@ -1,0 +1,450 @@
+from __future__ import annotations
+
+import json
+import uuid
+from http import HTTPStatus
+
+import pytest
+
+from tests.conftest import token_client
+from tests.traces.factories import add, build_tree, make_trace, step
+from traces.models import Step, TraceEvent
+
+pytestmark = pytest.mark.django_db
+
+
+def post(client, url, body):
+    return client.post(url, data=json.dumps(body), content_type="application/json")
+
+
+def patch(client, url, body):
+    return client.patch(url, data=json.dumps(body), content_type="application/json")
+
+
+def assert_error(response, status, code):
+    assert response.status_code == status, response.content
+    body = response.json()
+    assert body["error"]["code"] == code
+    assert body["error"]["message"]
+    assert "details" in body["error"]
+    assert body["request_id"] == response["X-Request-ID"]
+    return body
+
+
+# --- ingestion ----------------------------------------------------------------------------------
+
+
+def test_ingest_a_whole_trace(api, user):
+    created = post(api, "/api/traces", {"task": "写一个 add(a,b)", "agent_type": "my-agent"})
+    assert created.status_code == HTTPStatus.CREATED
+    trace = created.json()
+    assert trace["status"] == "running"
+    assert trace["task"] == "写一个 add(a,b)"
+    assert "写一个" in created.content.decode()  # non-ASCII kept as is
+    trace_id = trace["trace_id"]
+
+    goal, thought = str(uuid.uuid4()), str(uuid.uuid4())
+    one = post(api, f"/api/traces/{trace_id}/steps", {"id": goal, "step_type": "goal"})
+    assert one.status_code == HTTPStatus.CREATED
+    assert one.json()["created"] == 1
+    batch = post(
+        api,
+        f"/api/traces/{trace_id}/steps",
+        [
+            {
+                "id": thought,
+                "parent_id": goal,
+                "step_type": "thought",
+                "tokens": 12,
+                "cost": 0.5,
+                "status": "running",
+                "data": {"thought": "add them"},
+            },
+            {"parent_id": thought, "step_type": "action", "name": "execute_code"},
+        ],
+    )
+    assert batch.status_code == HTTPStatus.CREATED
+    steps = batch.json()["steps"]
+    assert [s["seq"] for s in steps] == [2, 3]
+    assert steps[0]["data_preview"] == '{"thought":"add them"}'
+    assert "data" not in steps[0]
+
+    updated = patch(
+        api,
+        f"/api/traces/{trace_id}/steps/{thought}",
+        {"status": "failed", "error": "model timed out", "duration_ms": 1500},
+    )
+    assert updated.status_code == HTTPStatus.OK
+    assert updated.json()["status"] == "failed"
+    assert updated.json()["data"] == {"thought": "add them"}
+    assert updated.json()["duration_ms"] == 1500
+
+    done = post(api, f"/api/traces/{trace_id}/complete", {"status": "failed"})
+    assert done.status_code == HTTPStatus.OK
+    body = done.json()
+    assert body["status"] == "failed"
+    assert body["total_steps"] == 3
+    assert body["total_tokens"] == 12
+    assert body["total_cost"] == 0.5
+    assert body["error_count"] == 1
+    assert body["completed_at"].endswith("Z")
+
+
+def test_resending_the_same_step_id_is_idempotent(api, user):
+    trace = make_trace(user)
+    body = {"id": str(uuid.uuid4()), "step_type": "goal"}
+    first = post(api, f"/api/traces/{trace.id}/steps", body)
+    second = post(api, f"/api/traces/{trace.id}/steps", body)
+    assert first.json()["created"] == 1
+    assert second.status_code == HTTPStatus.CREATED
+    assert second.json()["created"] == 0
+    assert second.json()["existing"] == 1
+    assert second.json()["steps"][0]["seq"] == first.json()["steps"][0]["seq"]
+    assert Step.objects.filter(trace=trace).count() == 1
+
+
+def test_batch_over_1000_steps_is_413_and_writes_nothing(api, user):
+    trace = make_trace(user)
+    response = post(api, f"/api/traces/{trace.id}/steps", [{"step_type": "goal"}] * 1001)
+    assert_error(response, HTTPStatus.REQUEST_ENTITY_TOO_LARGE, "batch_too_large")
+    assert Step.objects.filter(trace=trace).count() == 0
+
+
+def test_body_over_the_size_limit_is_413(api, user, settings):
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 2000
+    trace = make_trace(user)
+    response = post(
+        api, f"/api/traces/{trace.id}/steps", {"step_type": "goal", "description": "x" * 5000}
+    )
+    assert_error(response, HTTPStatus.REQUEST_ENTITY_TOO_LARGE, "payload_too_large")
+
+
+def test_bad_parents_are_400_and_nothing_is_written(api, user, other_user):
+    trace = make_trace(user)
+    other = make_trace(other_user)
+    foreign = add(other, step("goal"))[0]
+    root = add(trace, step("goal"))[0]
+    for parent in (str(uuid.uuid4()), str(foreign.id)):
+        response = post(
+            api,
+            f"/api/traces/{trace.id}/steps",
+            [
+                {"parent_id": str(root.id), "step_type": "thought"},
+                {"parent_id": parent, "step_type": "thought"},
+            ],
+        )
+        body = assert_error(response, HTTPStatus.BAD_REQUEST, "invalid_parent")
+        assert body["error"]["details"]["index"] == 1
+    assert Step.objects.filter(trace=trace).count() == 1
+
+
+def test_changes_to_a_completed_trace_are_409(api, user):
+    trace = make_trace(user)
+    root = add(trace, step("goal"))[0]
+    assert post(api, f"/api/traces/{trace.id}/complete", {}).status_code == HTTPStatus.OK
+    assert_error(
+        post(api, f"/api/traces/{trace.id}/complete", {}), HTTPStatus.CONFLICT, "trace_not_running"
+    )
+    assert_error(
+        post(api, f"/api/traces/{trace.id}/steps", {"step_type": "thought"}),
+        HTTPStatus.CONFLICT,
+        "trace_not_running",
+    )
+    assert_error(
+        patch(api, f"/api/traces/{trace.id}/steps/{root.id}", {"name": "x"}),
+        HTTPStatus.CONFLICT,
+        "trace_not_running",
+    )
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"step_type": "nonsense"},
+        {"step_type": "goal", "status": "done"},
+        {"step_type": "goal", "tokens": -1},
+        {"step_type": "goal", "parent_id": "not-a-uuid"},
+        {"step_type": "goal", "name": "x" * 201},
+    ],
+)
+def test_invalid_step_bodies_are_422(api, user, body):
+    trace = make_trace(user)
+    response = post(api, f"/api/traces/{trace.id}/steps", body)
+    assert_error(response, HTTPStatus.UNPROCESSABLE_ENTITY, "validation_error")
+
+
+def test_invalid_complete_status_and_empty_patch(api, user):
+    trace = make_trace(user)
+    root = add(trace, step("goal"))[0]
+    assert_error(
+        post(api, f"/api/traces/{trace.id}/complete", {"status": "running"}),
+        HTTPStatus.UNPROCESSABLE_ENTITY,
+        "validation_error",
+    )
+    assert_error(
+        patch(api, f"/api/traces/{trace.id}/steps/{root.id}", {}),
+        HTTPStatus.BAD_REQUEST,
+        "invalid_step",
+    )
+
+
+def test_unknown_trace_and_step_are_404(api, user):
+    trace = make_trace(user)
+    missing = uuid.uuid4()
+    assert_error(api.get(f"/api/traces/{missing}"), HTTPStatus.NOT_FOUND, "trace_not_found")
+    assert_error(
+        post(api, f"/api/traces/{missing}/steps", {"step_type": "goal"}),
+        HTTPStatus.NOT_FOUND,
+        "trace_not_found",
+    )
+    assert_error(
+        api.get(f"/api/traces/{trace.id}/steps/{missing}"), HTTPStatus.NOT_FOUND, "step_not_found"
+    )
+    assert_error(
+        api.get(f"/api/traces/{trace.id}/node/{missing}"), HTTPStatus.NOT_FOUND, "step_not_found"
+    )
+    assert_error(
+        patch(api, f"/api/traces/{trace.id}/steps/{missing}", {"name": "x"}),
+        HTTPStatus.NOT_FOUND,
+        "step_not_found",
+    )
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "/api/traces/nope",
+        "/api/traces/{trace}/steps/nope",
+        "/api/traces/{trace}/node/nope",
+        "/api/traces?limit=0",
+        "/api/traces?limit=101",
+        "/api/traces?status=sleeping",
+        "/api/traces?cursor=%%%",
+        "/api/traces/{trace}/tree?view=huge",
+        "/api/traces/{trace}/tree?max_depth=0",
+        "/api/traces/{trace}/node/root?max_depth=11",
+        "/api/traces/{trace}/node/root?limit=501",
+        "/api/traces/{trace}/node/root?offset=-1",
+        "/api/traces/{trace}/events?after_seq=-1",
+    ],
+)
+def test_malformed_ids_and_out_of_range_parameters_are_422(api, user, url):
+    trace = make_trace(user)
+    response = api.get(url.format(trace=trace.id))
+    body = assert_error(response, HTTPStatus.UNPROCESSABLE_ENTITY, "validation_error")
+    assert body["error"]["details"]["errors"]
+
+
+# --- access -------------------------------------------------------------------------------------
+
+
+def test_users_see_their_own_traces_and_staff_see_all(api, other_api, staff_api, user, other_user):
+    mine = make_trace(user, task="mine")
+    theirs = make_trace(other_user, task="theirs")
+
+    assert [t["task"] for t in api.get("/api/traces").json()["traces"]] == ["mine"]
+    assert_error(api.get(f"/api/traces/{theirs.id}"), HTTPStatus.NOT_FOUND, "trace_not_found")
+    assert_error(api.get(f"/api/traces/{theirs.id}/tree"), HTTPStatus.NOT_FOUND, "trace_not_found")
+    assert_error(
+        api.get(f"/api/traces/{theirs.id}/events"), HTTPStatus.NOT_FOUND, "trace_not_found"
+    )
+    assert_error(
+        post(api, f"/api/traces/{theirs.id}/steps", {"step_type": "goal"}),
+        HTTPStatus.NOT_FOUND,
+        "trace_not_found",
+    )
+
+    staff_tasks = {t["task"] for t in staff_api.get("/api/traces").json()["traces"]}
+    assert staff_tasks == {"mine", "theirs"}
+    assert staff_api.get(f"/api/traces/{mine.id}").json()["user"] == "alice"
+    # Staff read everyone's traces but record only into their own.
+    assert_error(
+        post(staff_api, f"/api/traces/{mine.id}/steps", {"step_type": "goal"}),
+        HTTPStatus.FORBIDDEN,
+        "forbidden",
+    )
+
+
+def test_anonymous_is_401_everywhere(client, user):
+    trace = make_trace(user)
+    for url in [
+        "/api/traces",
+        f"/api/traces/{trace.id}",
+        f"/api/traces/{trace.id}/tree",
+        f"/api/traces/{trace.id}/node/root",
+        f"/api/traces/{trace.id}/events",
+    ]:
+        assert_error(client.get(url), HTTPStatus.UNAUTHORIZED, "not_authenticated")
+    assert_error(post(client, "/api/traces", {}), HTTPStatus.UNAUTHORIZED, "not_authenticated")
+
+
+# --- reads --------------------------------------------------------------------------------------
+
+
+def test_list_filters_and_cursor_pagination(api, user):
+    for i in range(5):
+        make_trace(
+            user,
+            task=f"fix bug {i}" if i % 2 else f"write docs {i}",
+            mode="call" if i < 2 else "agent",
+        )
+    first = api.get("/api/traces?limit=2").json()
+    assert [t["task"] for t in first["traces"]] == ["write docs 4", "fix bug 3"]
+    second = api.get(f"/api/traces?limit=2&cursor={first['next_cursor']}").json()
+    third = api.get(f"/api/traces?limit=2&cursor={second['next_cursor']}").json()
+    assert [t["task"] for t in second["traces"] + third["traces"]] == [
+        "write docs 2",
+        "fix bug 1",
+        "write docs 0",
+    ]
+    assert third["next_cursor"] is None
+    assert {t["task"] for t in api.get("/api/traces?q=BUG").json()["traces"]} == {
+        "fix bug 1",
+        "fix bug 3",
+    }
+    assert len(api.get("/api/traces?mode=call").json()["traces"]) == 2
+    assert api.get("/api/traces?status=completed").json()["traces"] == []
+    assert len(api.get("/api/traces?agent_type=devassist").json()["traces"]) == 5
+    keys = set(first["traces"][0])
+    assert {
+        "trace_id",
+        "mode",
+        "task",
+        "agent_type",
+        "status",
+        "total_steps",
+        "total_tokens",
+        "total_cost",
+        "total_duration_ms",
+        "error_count",
+        "created_at",
+        "completed_at",
+    } <= keys
+
+
+def test_tree_compact_and_full(api, user):
+    trace = make_trace(user)
+    build_tree(trace, depth=2, fanout=2)
+    compact = api.get(f"/api/traces/{trace.id}/tree").json()
+    assert compact["trace"]["trace_id"] == str(trace.id)
+    (root,) = compact["root_steps"]
+    assert root["has_children"] is True
+    assert root["children_count"] == 2
+    assert root["subtree_steps"] == 7
+    assert root["data"] is None
+    assert len(root["children"][0]["children"]) == 2
+    leaf = root["children"][0]["children"][0]
+    assert leaf["has_children"] is False
+    assert leaf["children"] == []
+
+    full = api.get(f"/api/traces/{trace.id}/tree?view=full").json()
+    assert full["root_steps"][0]["data"] == {}
+    shallow = api.get(f"/api/traces/{trace.id}/tree?max_depth=1").json()
+    assert shallow["root_steps"][0]["children"] == []
+    assert shallow["root_steps"][0]["has_children"] is True
+
+
+def test_node_windows_children(api, user):
+    trace = make_trace(user)
+    build_tree(trace, depth=2, fanout=5)
+    top = api.get(f"/api/traces/{trace.id}/node/root").json()
+    assert top["step"] is None
+    assert top["total_children"] == 1
+    root_id = top["children"][0]["step_id"]
+    assert top == api.get(f"/api/traces/{trace.id}/node/null").json()
+
+    window = api.get(f"/api/traces/{trace.id}/node/{root_id}?offset=2&limit=2&max_depth=2").json()
+    assert window["step"]["step_id"] == root_id
+    assert [c["name"] for c in window["children"]] == ["n2", "n3"]
+    assert window["total_children"] == 5
+    assert window["next_offset"] == 4
+    assert [len(c["children"]) for c in window["children"]] == [2, 2]
+    last = api.get(f"/api/traces/{trace.id}/node/{root_id}?offset=4&limit=2").json()
+    assert last["next_offset"] is None
+    assert last["children"][0]["children"] == []
+    expanded = api.get(f"/api/traces/{trace.id}/node/{root_id}?expand=true&limit=1").json()
+    assert expanded["children"][0]["data"] == {}
+
+
+def test_get_step_returns_full_data(api, user):
+    trace = make_trace(user)
+    big = {"output": "x" * 5000, "nested": {"k": [1, 2, 3]}}
+    stored = add(trace, step("result", data=big, description="d" * 300))[0]
+    body = api.get(f"/api/traces/{trace.id}/steps/{stored.id}").json()
+    assert body["data"] == big
+    assert body["description"] == "d" * 300
+    assert body["data_bytes"] > 5000
+    compact = api.get(f"/api/traces/{trace.id}/tree").json()["root_steps"][0]
+    assert len(compact["data_preview"]) == 200
+    assert len(compact["description"]) == 200
+
+
+def test_events_after_seq(api, user):
+    trace = make_trace(user)
+    add(trace, step("goal"), step("goal"), step("goal"))
+    body = api.get(f"/api/traces/{trace.id}/events?after_seq=1").json()
+    assert [e["seq"] for e in body["events"]] == [2, 3]
+    assert body["last_seq"] == 3
+    assert body["has_more"] is False
+    paged = api.get(f"/api/traces/{trace.id}/events?after_seq=0&limit=2").json()
+    assert [e["seq"] for e in paged["events"]] == [1, 2]
+    assert paged["has_more"] is True
+
+
+# --- query counts -------------------------------------------------------------------------------
+
+# Token auth costs one query (the token with its user), plus one for the trace.
+
+
+def _warm(client):
+    """The first request of a token also stamps last_used_at; measure the steady state."""
+    client.get("/api/traces?limit=1")
+
+
+@pytest.mark.parametrize("size", [(1, 2), (3, 4)])
+def test_tree_endpoint_uses_constant_queries(user, size, django_assert_num_queries):
+    trace = make_trace(user)
+    build_tree(trace, depth=size[0], fanout=size[1])
+    client = token_client(user)
+    _warm(client)
+    with django_assert_num_queries(3):
+        assert client.get(f"/api/traces/{trace.id}/tree").status_code == HTTPStatus.OK
+    with django_assert_num_queries(3):
+        assert client.get(f"/api/traces/{trace.id}/tree?view=full").status_code == HTTPStatus.OK
+
+
+@pytest.mark.parametrize("traces", [1, 8])
+def test_list_endpoint_uses_constant_queries(user, traces, django_assert_num_queries):
+    for _ in range(traces):
+        make_trace(user)
+    client = token_client(user)
+    _warm(client)
+    with django_assert_num_queries(2):
+        assert len(client.get("/api/traces").json()["traces"]) == traces
+
+
+@pytest.mark.parametrize("depth", [1, 3])
+def test_node_endpoint_uses_one_query_per_level(user, depth, django_assert_num_queries):
+    trace = make_trace(user)
+    build_tree(trace, depth=4, fanout=3)
+    root = Step.objects.get(trace=trace, depth=0)
+    client = token_client(user)
+    _warm(client)
+    # auth + trace + the node + one per level
+    with django_assert_num_queries(3 + depth):
+        body = client.get(f"/api/traces/{trace.id}/node/{root.id}?max_depth={depth}").json()
+    assert len(body["children"]) == 3
+    with django_assert_num_queries(2 + depth):
+        client.get(f"/api/traces/{trace.id}/node/root?max_depth={depth}")
+
+
+def test_event_log_has_one_row_per_change(api, user):
+    trace = make_trace(user)
+    root = add(trace, step("goal"))[0]
+    patch(api, f"/api/traces/{trace.id}/steps/{root.id}", {"tokens": 3})
+    post(api, f"/api/traces/{trace.id}/complete", {})
+    assert list(TraceEvent.objects.filter(trace=trace).values_list("event", flat=True)) == [
+        "step_added",
+        "step_updated",
+        "trace_completed",
+    ]

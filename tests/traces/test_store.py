@@ -1,0 +1,347 @@
+from __future__ import annotations
+
+import threading
+import uuid
+from decimal import Decimal
+
+import pytest
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from django.db import connection, transaction
+
+from tests.traces.factories import add, build_tree, make_trace, step
+from traces.models import Step, Trace, TraceEvent
+from traces.store import (
+    BatchTooLarge,
+    InvalidCursor,
+    InvalidParent,
+    InvalidStep,
+    StepIdConflict,
+    StepNotFound,
+    TraceNotFound,
+    TraceNotRunning,
+    get_trace_store,
+    group_name,
+)
+
+pytestmark = pytest.mark.django_db
+
+
+def test_steps_get_consecutive_seq_depth_and_path(user):
+    trace = make_trace(user)
+    root = step("goal")
+    thought = step("thought", parent=root)
+    action = step("action", parent=thought)
+    result = step("result", parent=action)
+    stored = add(trace, root, thought, action, result)
+
+    assert [s.seq for s in stored] == [1, 2, 3, 4]
+    assert [s.depth for s in stored] == [0, 1, 2, 3]
+    assert stored[3].path == [1, 2, 3]
+    trace.refresh_from_db()
+    assert trace.last_seq == 4
+    assert trace.total_steps == 4
+    assert trace.root_count == 1
+
+
+def test_rollups_are_maintained_on_write_across_batches(user):
+    store = get_trace_store()
+    trace = make_trace(user)
+    root = step("goal")
+    thought = step("thought", parent=root, tokens=100, cost="0.5")
+    add(trace, root, thought)
+    action = step("action", parent=thought, tokens=5)
+    failed = step("result", parent=action, status="failed", error="boom", cost="0.25")
+    add(trace, action, failed)
+
+    root_row = Step.objects.get(pk=root.id)
+    assert root_row.children_count == 1
+    assert root_row.subtree_steps == 4
+    assert root_row.subtree_tokens == 105
+    assert root_row.subtree_cost == Decimal("0.75")
+    assert root_row.subtree_error_count == 1
+    thought_row = Step.objects.get(pk=thought.id)
+    assert thought_row.subtree_steps == 3
+    assert thought_row.subtree_tokens == 105
+    trace.refresh_from_db()
+    assert (trace.total_tokens, trace.total_cost, trace.error_count) == (105, Decimal("0.75"), 1)
+
+    # An update moves the deltas up the ancestors and into the totals.
+    async_to_sync(store.update_step)(
+        trace.id, failed.id, {"status": "completed", "error": "", "tokens": 7}
+    )
+    root_row.refresh_from_db()
+    assert root_row.subtree_error_count == 0
+    assert root_row.subtree_tokens == 112
+    trace.refresh_from_db()
+    assert (trace.total_tokens, trace.error_count) == (112, 0)
+    failed_row = Step.objects.get(pk=failed.id)
+    assert failed_row.subtree_tokens == 7
+    assert failed_row.finished_at is not None
+
+
+def test_rollups_of_a_built_tree_match_a_recount(user):
+    trace = make_trace(user)
+    build_tree(trace, depth=3, fanout=3)
+    root = Step.objects.get(trace=trace, depth=0)
+    assert root.subtree_steps == 1 + 3 + 9 + 27
+    assert root.subtree_tokens == 3 + 9 + 27
+    for node in Step.objects.filter(trace=trace):
+        assert node.children_count == Step.objects.filter(parent=node).count()
+
+
+def test_rejected_batch_writes_nothing(user, other_user):
+    trace = make_trace(user)
+    other = make_trace(other_user)
+    foreign_parent = add(other, step("goal"))[0]
+    root = add(trace, step("goal"))[0]
+    before = (Step.objects.count(), TraceEvent.objects.count())
+
+    cases = [
+        [step("thought", parent=root), step("thought", parent=uuid.uuid4())],
+        [step("thought", parent=root), step("thought", parent=foreign_parent.id)],
+    ]
+    for batch in cases:
+        with pytest.raises(InvalidParent):
+            add(trace, *batch)
+    later = step("action")
+    with pytest.raises(InvalidParent, match="must come before"):
+        add(trace, step("thought", parent=later.id), later)
+
+    assert (Step.objects.count(), TraceEvent.objects.count()) == before
+    trace.refresh_from_db()
+    assert trace.last_seq == 1
+    assert trace.total_steps == 1
+
+
+def test_batch_limit_and_duplicate_ids(user, settings):
+    trace = make_trace(user)
+    settings.TRACE_BATCH_MAX_STEPS = 3
+    with pytest.raises(BatchTooLarge):
+        add(trace, *[step("goal") for _ in range(4)])
+    same = uuid.uuid4()
+    with pytest.raises(InvalidStep):
+        add(trace, step("goal", id=same), step("goal", id=same))
+    assert Step.objects.filter(trace=trace).count() == 0
+
+
+def test_resending_a_step_id_is_idempotent(user):
+    store = get_trace_store()
+    trace = make_trace(user)
+    first = step("goal", name="once")
+    add(trace, first)
+    again = async_to_sync(store.add_steps)(trace.id, [first, step("thought", parent=first)])
+
+    assert again.created == 1
+    assert again.steps[0].seq == 1
+    assert Step.objects.filter(trace=trace).count() == 2
+    trace.refresh_from_db()
+    assert trace.total_steps == 2
+    assert TraceEvent.objects.filter(trace=trace).count() == 2
+
+
+def test_step_id_from_another_trace_conflicts(user):
+    one, two = make_trace(user), make_trace(user)
+    shared = step("goal")
+    add(one, shared)
+    with pytest.raises(StepIdConflict):
+        add(two, shared)
+
+
+def test_completed_trace_takes_no_more_changes(user):
+    store = get_trace_store()
+    trace = make_trace(user)
+    root = add(trace, step("goal"))[0]
+    done = async_to_sync(store.complete_trace)(trace.id, status="failed")
+    assert done.status == "failed"
+    assert done.completed_at is not None
+    assert done.total_duration_ms is not None
+
+    with pytest.raises(TraceNotRunning):
+        add(trace, step("thought", parent=root))
+    with pytest.raises(TraceNotRunning):
+        async_to_sync(store.update_step)(trace.id, root.id, {"name": "late"})
+    with pytest.raises(TraceNotRunning):
+        async_to_sync(store.complete_trace)(trace.id)
+
+
+def test_unknown_trace_and_step(user):
+    store = get_trace_store()
+    with pytest.raises(TraceNotFound):
+        add(Trace(id=uuid.uuid4()), step("goal"))
+    trace = make_trace(user)
+    with pytest.raises(StepNotFound):
+        async_to_sync(store.get_step)(trace.id, uuid.uuid4())
+    with pytest.raises(StepNotFound):
+        async_to_sync(store.update_step)(trace.id, uuid.uuid4(), {"name": "x"})
+
+
+def test_update_rejects_unknown_fields_and_empty_changes(user):
+    store = get_trace_store()
+    trace = make_trace(user)
+    root = add(trace, step("goal"))[0]
+    with pytest.raises(InvalidStep):
+        async_to_sync(store.update_step)(trace.id, root.id, {"seq": 9})
+    with pytest.raises(InvalidStep):
+        async_to_sync(store.update_step)(trace.id, root.id, {})
+
+
+def test_event_log_records_every_change_in_seq_order(user):
+    store = get_trace_store()
+    trace = make_trace(user)
+    root = step("goal", status="running")
+    add(trace, root, step("thought", parent=root))
+    async_to_sync(store.update_step)(trace.id, root.id, {"status": "completed", "data": {"a": 1}})
+    async_to_sync(store.complete_trace)(trace.id)
+
+    events = async_to_sync(store.events_after)(trace.id, 0)
+    assert [e["event"] for e in events] == [
+        "step_added",
+        "step_added",
+        "step_updated",
+        "trace_completed",
+    ]
+    assert [e["seq"] for e in events] == [1, 2, 3, 4]
+    assert events[0]["step"]["step_id"] == str(root.id)
+    assert events[0]["step"]["seq"] == 1
+    assert events[2]["step_id"] == str(root.id)
+    assert events[2]["updates"]["status"] == "completed"
+    assert events[2]["updates"]["data_preview"] == '{"a":1}'
+    assert "data" not in events[2]["updates"]
+    assert events[3]["trace"]["status"] == "completed"
+    assert events[1]["totals"]["total_steps"] == 2
+    assert async_to_sync(store.events_after)(trace.id, 2) == events[2:]
+
+
+def test_subtree_windows_children_per_level(user):
+    store = get_trace_store()
+    trace = make_trace(user)
+    build_tree(trace, depth=3, fanout=4)
+    root = Step.objects.get(trace=trace, depth=0)
+
+    window = async_to_sync(store.get_subtree)(trace, root.id, max_depth=2, offset=1, limit=2)
+    assert window.step["step_id"] == str(root.id)
+    assert window.total_children == 4
+    assert [c["name"] for c in window.children] == ["n1", "n2"]
+    assert window.next_offset == 3
+    for child in window.children:
+        assert len(child["children"]) == 2  # first `limit` grandchildren
+        assert all(g["children"] == [] for g in child["children"])
+
+    trace.refresh_from_db()
+    top = async_to_sync(store.get_subtree)(trace, None, max_depth=1)
+    assert top.step is None
+    assert top.total_children == 1
+    assert top.next_offset is None
+
+
+def test_get_children_and_tree(user):
+    store = get_trace_store()
+    trace = make_trace(user)
+    build_tree(trace, depth=2, fanout=3)
+    root = Step.objects.get(trace=trace, depth=0)
+    children, total = async_to_sync(store.get_children)(trace.id, root.id, offset=1, limit=5)
+    assert total == 3
+    assert [c.name for c in children] == ["n1", "n2"]
+
+    tree = async_to_sync(store.get_tree)(trace)
+    assert len(tree) == 1
+    assert len(tree[0]["children"]) == 3
+    assert all(len(c["children"]) == 3 for c in tree[0]["children"])
+    shallow = async_to_sync(store.get_tree)(trace, max_depth=2)
+    assert all(c["children"] == [] for c in shallow[0]["children"])
+
+
+def test_list_traces_filters_and_paginates(user, other_user):
+    store = get_trace_store()
+    made = [make_trace(user, task=f"task {i}", mode="call" if i % 2 else "agent") for i in range(5)]
+    make_trace(other_user, task="someone else")
+
+    page = async_to_sync(store.list_traces)(user=user, limit=2)
+    assert [t.id for t in page.traces] == [made[4].id, made[3].id]
+    seen = [t.id for t in page.traces]
+    while page.next_cursor:
+        page = async_to_sync(store.list_traces)(user=user, limit=2, cursor=page.next_cursor)
+        seen += [t.id for t in page.traces]
+    assert seen == [t.id for t in reversed(made)]
+
+    calls = async_to_sync(store.list_traces)(user=user, mode="call")
+    assert {t.task for t in calls.traces} == {"task 1", "task 3"}
+    found = async_to_sync(store.list_traces)(user=None, q="ELSE")
+    assert [t.task for t in found.traces] == ["someone else"]
+    with pytest.raises(InvalidCursor):
+        async_to_sync(store.list_traces)(user=user, cursor="!!not-a-cursor")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_seq_is_unique_and_gapless_under_concurrent_writers(user):
+    """Several threads, each with its own database connection, write to one trace at once."""
+    store = get_trace_store()
+    trace = make_trace(user)
+    root = add(trace, step("goal"))[0]
+    writers, per_writer = 6, 20
+    barrier = threading.Barrier(writers)
+    errors: list[BaseException] = []
+
+    def write() -> None:
+        try:
+            barrier.wait()
+            for _ in range(per_writer // 2):
+                store.add_steps_sync(
+                    trace.id, [step("thought", parent=root.id, tokens=1), step("action")]
+                )
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=write) for _ in range(writers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+    assert errors == []
+    seqs = list(Step.objects.filter(trace=trace).order_by("seq").values_list("seq", flat=True))
+    total = 1 + writers * per_writer
+    assert seqs == list(range(1, total + 1))
+    event_seqs = list(
+        TraceEvent.objects.filter(trace=trace).order_by("seq").values_list("seq", flat=True)
+    )
+    assert event_seqs == seqs
+    trace.refresh_from_db()
+    root.refresh_from_db()
+    assert trace.total_steps == total
+    assert trace.last_seq == total
+    assert root.children_count == writers * per_writer // 2
+    assert root.subtree_tokens == writers * per_writer // 2
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_concurrent_async_writers_and_broadcast_in_commit_order(user):
+    import asyncio
+
+    store = get_trace_store()
+    layer = get_channel_layer()
+    channel = await layer.new_channel()
+    trace = await store.create_trace(user=user, task="async")
+    await layer.group_add(group_name(trace.id), channel)
+
+    await asyncio.gather(*(store.add_step(trace.id, step("thought")) for _ in range(10)))
+    await store.complete_trace(trace.id)
+
+    received = [await layer.receive(channel) for _ in range(11)]
+    seqs = [m["event"]["seq"] for m in received]
+    assert sorted(seqs) == list(range(1, 12))
+    assert received[-1]["event"]["event"] == "trace_completed"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_events_are_not_broadcast_before_commit(user):
+    store = get_trace_store()
+    trace = make_trace(user)
+    with transaction.atomic():
+        _, events = store.add_steps_sync(trace.id, [step("goal")])
+        assert events == []  # the outer transaction is still open
+    _, events = store.add_steps_sync(trace.id, [step("goal")])
+    assert [e["seq"] for e in events] == [2]
