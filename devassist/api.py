@@ -6,6 +6,7 @@ from http import HTTPStatus
 from typing import Any
 
 import structlog
+from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, RequestDataTooBig
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from ninja import NinjaAPI
@@ -66,6 +67,8 @@ api = NinjaAPI(
     auth=api_auth,
     renderer=UnicodeJSONRenderer(),
     docs_url="/docs",
+    # The docs and the OpenAPI schema are pages: anonymous visitors go to the login page.
+    docs_decorator=login_required,
 )
 
 

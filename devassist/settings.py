@@ -32,6 +32,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "channels",
     "django_htmx",
+    "ninja",  # serves Swagger UI from its own static files, not a CDN
     "template_partials",
     "devassist",
     "traces",

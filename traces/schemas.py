@@ -8,6 +8,20 @@ from decimal import Decimal
 from typing import Any, Literal
 
 from ninja import Field, Schema
+from pydantic import field_validator
+
+COST_QUANTUM = Decimal("0.00000001")
+
+
+def _quantized_cost(value: Any) -> Any:
+    """Costs arrive as JSON numbers; keep 8 decimal places rather than refuse 0.1 + 0.2."""
+    if value is None or isinstance(value, bool):
+        return value
+    try:
+        return Decimal(str(value)).quantize(COST_QUANTUM)
+    except ArithmeticError:
+        return value  # let the field's own validation report it
+
 
 StepTypeName = Literal[
     "goal", "thought", "action", "result", "response", "memory_read", "memory_write", "feedback"
@@ -62,7 +76,9 @@ class StepIn(Schema):
     finished_at: datetime | None = None
     duration_ms: int | None = Field(None, ge=0)
     tokens: int = Field(0, ge=0, le=2**31 - 1)
-    cost: Decimal = Field(Decimal(0), ge=0, max_digits=20, decimal_places=8)
+    cost: Decimal = Field(Decimal(0), ge=0, lt=10**12)
+
+    _cost = field_validator("cost", mode="before")(_quantized_cost)
 
 
 class StepPatch(Schema):
@@ -75,7 +91,9 @@ class StepPatch(Schema):
     finished_at: datetime | None = None
     duration_ms: int | None = Field(None, ge=0)
     tokens: int | None = Field(None, ge=0, le=2**31 - 1)
-    cost: Decimal | None = Field(None, ge=0, max_digits=20, decimal_places=8)
+    cost: Decimal | None = Field(None, ge=0, lt=10**12)
+
+    _cost = field_validator("cost", mode="before")(_quantized_cost)
 
 
 class TraceCompleteIn(Schema):

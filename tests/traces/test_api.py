@@ -90,6 +90,17 @@ def test_ingest_a_whole_trace(api, user):
     assert body["completed_at"].endswith("Z")
 
 
+def test_costs_keep_eight_decimal_places(api, user):
+    trace = make_trace(user)
+    response = post(
+        api, f"/api/traces/{trace.id}/steps", {"step_type": "thought", "cost": 0.1 + 0.2}
+    )
+    assert response.status_code == HTTPStatus.CREATED
+    assert response.json()["steps"][0]["cost"] == 0.3
+    negative = post(api, f"/api/traces/{trace.id}/steps", {"step_type": "thought", "cost": -1})
+    assert_error(negative, HTTPStatus.UNPROCESSABLE_ENTITY, "validation_error")
+
+
 def test_resending_the_same_step_id_is_idempotent(api, user):
     trace = make_trace(user)
     body = {"id": str(uuid.uuid4()), "step_type": "goal"}
@@ -448,3 +459,19 @@ def test_event_log_has_one_row_per_change(api, user):
         "step_updated",
         "trace_completed",
     ]
+
+
+def test_api_docs_need_a_login(client, user):
+    assert client.get("/api/docs").status_code == HTTPStatus.FOUND
+    assert client.get("/api/openapi.json").status_code == HTTPStatus.FOUND
+    client.force_login(user)
+    schema = client.get("/api/openapi.json").json()
+    assert "/api/traces/{trace_id}/tree" in schema["paths"]
+    assert client.get("/api/docs").status_code == HTTPStatus.OK
+
+
+def test_api_docs_load_nothing_from_a_cdn(client, user):
+    client.force_login(user)
+    page = client.get("/api/docs").content.decode()
+    assert "cdn" not in page.lower()
+    assert "/static/ninja/swagger-ui-bundle.js" in page
