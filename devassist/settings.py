@@ -127,8 +127,17 @@ TRACE_BATCH_MAX_STEPS = 1000
 TRACE_NODE_WINDOW_MAX = 500
 TRACE_EVENT_PAGE_MAX = 1000
 
-# Docker, for /healthz now and the sandbox later: DOCKER_HOST as docker-py reads it.
+# Docker engine for the sandbox and /healthz; empty means docker-py's default (DOCKER_HOST or
+# the local socket).
 DOCKER_HOST = env_str("DOCKER_HOST")
+
+# The sandbox image: built by `manage.py sandbox_image build` from sandbox/image/Dockerfile when
+# a registry is reachable, otherwise with debootstrap from this Debian mirror (default: the one
+# in the machine's apt sources) and `docker import`.
+SANDBOX_IMAGE_REPOSITORY = env_str("SANDBOX_IMAGE_REPOSITORY", "devassist-sandbox")
+SANDBOX_DEBIAN_MIRROR = env_str("SANDBOX_DEBIAN_MIRROR")
+SANDBOX_DEBIAN_SUITE = env_str("SANDBOX_DEBIAN_SUITE", "bookworm")
+SANDBOX_EXTRA_PACKAGES = env_list("SANDBOX_EXTRA_PACKAGES", [])
 
 LOG_FORMAT = env_str("LOG_FORMAT", "console" if DEBUG else "json")
 LOG_LEVEL = env_str("LOG_LEVEL", "INFO")
