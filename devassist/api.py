@@ -2,58 +2,21 @@
 
 from __future__ import annotations
 
-from http import HTTPStatus
 from typing import Any
 
 import structlog
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, RequestDataTooBig
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.renderers import JSONRenderer
 
 from devassist.auth import api_auth
+from devassist.envelope import code_for_status, error_response
 from devassist.errors import ApiError
 
 logger = structlog.get_logger(__name__)
-
-_CODES_BY_STATUS = {
-    HTTPStatus.BAD_REQUEST: "bad_request",
-    HTTPStatus.UNAUTHORIZED: "not_authenticated",
-    HTTPStatus.FORBIDDEN: "forbidden",
-    HTTPStatus.NOT_FOUND: "not_found",
-    HTTPStatus.METHOD_NOT_ALLOWED: "method_not_allowed",
-    HTTPStatus.CONFLICT: "conflict",
-    HTTPStatus.REQUEST_ENTITY_TOO_LARGE: "payload_too_large",
-    HTTPStatus.UNPROCESSABLE_ENTITY: "validation_error",
-    HTTPStatus.TOO_MANY_REQUESTS: "rate_limited",
-    HTTPStatus.INTERNAL_SERVER_ERROR: "internal_error",
-}
-
-
-def error_body(
-    request: HttpRequest, *, code: str, message: str, details: dict[str, Any] | None = None
-) -> dict[str, Any]:
-    return {
-        "error": {"code": code, "message": message, "details": details or {}},
-        "request_id": getattr(request, "request_id", None),
-    }
-
-
-def error_response(
-    request: HttpRequest,
-    *,
-    status: int,
-    code: str,
-    message: str,
-    details: dict[str, Any] | None = None,
-) -> HttpResponse:
-    return JsonResponse(
-        error_body(request, code=code, message=message, details=details),
-        status=status,
-        json_dumps_params={"ensure_ascii": False},
-    )
 
 
 class UnicodeJSONRenderer(JSONRenderer):
@@ -113,7 +76,7 @@ def _authentication_error(request: HttpRequest, exc: AuthenticationError) -> Htt
 
 @api.exception_handler(HttpError)
 def _http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
-    code = _CODES_BY_STATUS.get(HTTPStatus(exc.status_code), "error")
+    code = code_for_status(exc.status_code)
     return error_response(request, status=exc.status_code, code=code, message=exc.message)
 
 

@@ -12,6 +12,8 @@ from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.contrib.auth.middleware import LoginRequiredMiddleware as DjangoLoginRequired
 from django.http import HttpRequest, HttpResponse, HttpResponseBase
 
+from devassist.envelope import enveloped
+
 REQUEST_ID_HEADER = "X-Request-ID"
 _VALID_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 
@@ -26,7 +28,8 @@ def request_id_from(value: str | None) -> str:
 
 
 class RequestIdMiddleware:
-    """Echoes or creates ``X-Request-ID`` and binds it to every log line of the request."""
+    """Echoes or creates ``X-Request-ID``, binds it to every log line of the request, and makes
+    sure every API error leaves in the error envelope (the outermost middleware sees them all)."""
 
     sync_capable = True
     async_capable = True
@@ -45,6 +48,7 @@ class RequestIdMiddleware:
             response = self.get_response(request)
         finally:
             structlog.contextvars.clear_contextvars()
+        response = enveloped(request, response)
         response[REQUEST_ID_HEADER] = request.request_id  # type: ignore[attr-defined]
         return response
 
@@ -54,6 +58,7 @@ class RequestIdMiddleware:
             response = await self.get_response(request)
         finally:
             structlog.contextvars.clear_contextvars()
+        response = enveloped(request, response)
         response[REQUEST_ID_HEADER] = request.request_id  # type: ignore[attr-defined]
         return response
 

@@ -36,6 +36,7 @@ INSTALLED_APPS = [
     "template_partials",
     "devassist",
     "traces",
+    "sandbox",
 ]
 
 MIDDLEWARE = [

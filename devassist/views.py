@@ -8,7 +8,7 @@ from django.shortcuts import render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
-from devassist.api import error_response
+from devassist.envelope import error_response, is_api_path
 from devassist.health import health_report
 
 
@@ -28,7 +28,7 @@ def home(request: HttpRequest) -> HttpResponse:
 
 def api_not_found(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
     """404 for paths no view matches: the envelope under /api/, the HTML page elsewhere."""
-    if request.path.startswith("/api/"):
+    if is_api_path(request):
         return error_response(request, status=404, code="not_found", message="No such endpoint.")
     from django.views.defaults import page_not_found
 
@@ -36,7 +36,7 @@ def api_not_found(request: HttpRequest, exception: Exception | None = None) -> H
 
 
 def server_error(request: HttpRequest) -> HttpResponse:
-    if request.path.startswith("/api/"):
+    if is_api_path(request):
         return error_response(
             request, status=500, code="internal_error", message="Internal server error."
         )

@@ -119,7 +119,7 @@ async def add_steps(
     items = payload if isinstance(payload, list) else [payload]
     await _writable_trace(request, trace_id)
     added = await get_trace_store().add_steps(
-        trace_id, [StepCreate(**item.model_dump()) for item in items]
+        trace_id, [StepCreate(**item.model_dump(exclude_none=True)) for item in items]
     )
     return Status(
         201,

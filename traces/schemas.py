@@ -10,6 +10,8 @@ from typing import Any, Literal
 from ninja import Field, Schema
 from pydantic import field_validator
 
+from devassist.schemas import InputSchema
+
 COST_QUANTUM = Decimal("0.00000001")
 
 
@@ -32,7 +34,7 @@ FinalStatusName = Literal["completed", "failed", "cancelled"]
 TraceModeName = Literal["call", "agent"]
 
 
-class TraceIn(Schema):
+class TraceIn(InputSchema):
     task: str = Field("", max_length=20_000)
     mode: TraceModeName = "agent"
     agent_type: str = Field("external", min_length=1, max_length=100)
@@ -63,7 +65,7 @@ class TraceListOut(Schema):
     next_cursor: str | None
 
 
-class StepIn(Schema):
+class StepIn(InputSchema):
     id: uuid.UUID | None = Field(None, description="Client-chosen id; re-sending it is a no-op.")
     parent_id: uuid.UUID | None = None
     step_type: StepTypeName
@@ -81,7 +83,7 @@ class StepIn(Schema):
     _cost = field_validator("cost", mode="before")(_quantized_cost)
 
 
-class StepPatch(Schema):
+class StepPatch(InputSchema):
     status: StepStatusName | None = None
     name: str | None = Field(None, max_length=200)
     description: str | None = Field(None, max_length=20_000)
@@ -96,7 +98,7 @@ class StepPatch(Schema):
     _cost = field_validator("cost", mode="before")(_quantized_cost)
 
 
-class TraceCompleteIn(Schema):
+class TraceCompleteIn(InputSchema):
     status: FinalStatusName = "completed"
     total_duration_ms: int | None = Field(None, ge=0)
 

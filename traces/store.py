@@ -99,11 +99,11 @@ class InvalidCursor(BadRequest):
 
 @dataclass(frozen=True)
 class StepCreate:
-    """A step to add. ``id`` may be chosen by the client; ``parent_id`` must exist in the trace
-    or come earlier in the same batch."""
+    """A step to add. ``id`` may be chosen by the client (re-sending one that is stored is a
+    no-op); ``parent_id`` must exist in the trace or come earlier in the same batch."""
 
     step_type: str
-    id: uuid.UUID | None = None
+    id: uuid.UUID = field(default_factory=uuid.uuid4)
     parent_id: uuid.UUID | None = None
     status: str = StepStatus.COMPLETED
     name: str = ""
@@ -474,16 +474,16 @@ class OrmTraceStore:
     def _build_batch(
         self, trace: Trace, items: Sequence[StepCreate]
     ) -> tuple[list[Step], list[Step], list[TraceEvent]]:
-        ids = [item.id for item in items if item.id is not None]
+        ids = [item.id for item in items]
         if len(ids) != len(set(ids)):
             raise InvalidStep("A step id appears twice in the batch.")
-        existing = {s.id: s for s in Step.objects.filter(id__in=ids)} if ids else {}
+        existing = {s.id: s for s in Step.objects.filter(id__in=ids)}
         foreign = [str(sid) for sid, s in existing.items() if s.trace_id != trace.id]
         if foreign:
             raise StepIdConflict(
                 "Step ids already used in another trace.", details={"step_ids": foreign}
             )
-        batch_ids = {item.id for item in items if item.id is not None and item.id not in existing}
+        batch_ids = {item.id for item in items if item.id not in existing}
         outside_parents = {
             item.parent_id
             for item in items
@@ -506,7 +506,7 @@ class OrmTraceStore:
         stored: list[Step] = []
         events: list[TraceEvent] = []
         for index, item in enumerate(items):
-            if item.id is not None and item.id in existing:
+            if item.id in existing:
                 stored.append(existing[item.id])
                 continue
             if item.step_type not in StepType.values:
@@ -522,7 +522,7 @@ class OrmTraceStore:
             error = 1 if _is_error(item.status, item.error) else 0
             started_at = item.started_at or now
             step = Step(
-                id=item.id or uuid.uuid4(),
+                id=item.id,
                 trace=trace,
                 parent_id=parent.id if parent else None,
                 seq=seq,
@@ -566,8 +566,7 @@ class OrmTraceStore:
                     deltas.setdefault(parent.seq, _Delta()).children += 1
             else:
                 trace.root_count += 1
-            if item.id is not None:
-                parents[step.id] = step
+            parents[step.id] = step
             by_seq[seq] = step
             new_steps.append(step)
             stored.append(step)

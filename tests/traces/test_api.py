@@ -475,3 +475,17 @@ def test_api_docs_load_nothing_from_a_cdn(client, user):
     page = client.get("/api/docs").content.decode()
     assert "cdn" not in page.lower()
     assert "/static/ninja/swagger-ui-bundle.js" in page
+
+
+@pytest.mark.parametrize("body", [[1], "x", 3, {"task": "t", "unknown_field": 1}])
+def test_create_trace_needs_a_json_object_of_known_fields(api, body):
+    response = post(api, "/api/traces", body)
+    assert_error(response, HTTPStatus.UNPROCESSABLE_ENTITY, "validation_error")
+
+
+def test_steps_body_must_be_objects(api, user):
+    trace = make_trace(user)
+    for body in ([1], "goal", [{"step_type": "goal", "sttus": "done"}]):
+        response = post(api, f"/api/traces/{trace.id}/steps", body)
+        assert_error(response, HTTPStatus.UNPROCESSABLE_ENTITY, "validation_error")
+    assert Step.objects.filter(trace=trace).count() == 0

@@ -15,7 +15,14 @@ from devassist.asgi import application
 from devassist.services import api_token_create
 from tests.servers import daphne_server
 from tests.traces.factories import step
-from traces.store import get_trace_store, group_name
+from traces.store import OrmTraceStore, get_trace_store, group_name
+
+
+def orm_store() -> OrmTraceStore:
+    store = get_trace_store()
+    assert isinstance(store, OrmTraceStore)
+    return store
+
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -50,13 +57,13 @@ async def expect_close(communicator: WebsocketCommunicator, code: int) -> None:
 
 
 async def test_anonymous_watchers_are_closed_with_4401(user):
-    trace = await get_trace_store().create_trace(user=user, task="t")
+    trace = await orm_store().create_trace(user=user, task="t")
     await expect_close(watch(trace.id, None), 4401)
     await expect_close(watch(trace.id, "da_wrong-token"), 4401)
 
 
 async def test_foreign_missing_and_malformed_traces_are_closed_with_4404(user, other_user):
-    store = get_trace_store()
+    store = orm_store()
     theirs = await store.create_trace(user=other_user, task="theirs")
     token = await token_for(user)
     await expect_close(watch(theirs.id, token), 4404)
@@ -66,7 +73,7 @@ async def test_foreign_missing_and_malformed_traces_are_closed_with_4404(user, o
 
 
 async def test_staff_can_watch_any_trace(user, staff_user):
-    trace = await get_trace_store().create_trace(user=user, task="t")
+    trace = await orm_store().create_trace(user=user, task="t")
     communicator = watch(trace.id, await token_for(staff_user))
     hello = await connected(communicator)
     assert hello["trace"]["trace_id"] == str(trace.id)
@@ -74,7 +81,7 @@ async def test_staff_can_watch_any_trace(user, staff_user):
 
 
 async def test_live_events_arrive_in_order(user):
-    store = get_trace_store()
+    store = orm_store()
     trace = await store.create_trace(user=user, task="live")
     communicator = watch(trace.id, await token_for(user))
     hello = await connected(communicator)
@@ -103,7 +110,7 @@ async def test_live_events_arrive_in_order(user):
 
 
 async def test_after_seq_replays_the_missed_events_then_goes_live(user):
-    store = get_trace_store()
+    store = orm_store()
     trace = await store.create_trace(user=user, task="replay")
     await store.add_steps(trace.id, [step("goal"), step("goal"), step("goal")])
 
@@ -122,7 +129,7 @@ async def test_after_seq_replays_the_missed_events_then_goes_live(user):
 
 async def test_gaps_are_filled_from_the_log_and_duplicates_dropped(user):
     """Writers can race, so a broadcast may arrive before an earlier committed event's."""
-    store = get_trace_store()
+    store = orm_store()
     trace = await store.create_trace(user=user, task="race")
     communicator = watch(trace.id, await token_for(user))
     await connected(communicator)
@@ -145,7 +152,7 @@ async def test_gaps_are_filled_from_the_log_and_duplicates_dropped(user):
 
 async def test_session_cookie_authenticates_the_watch(user, client):
     await sync_to_async(client.force_login)(user)
-    trace = await get_trace_store().create_trace(user=user, task="cookie")
+    trace = await orm_store().create_trace(user=user, task="cookie")
     cookie = f"sessionid={client.cookies['sessionid'].value}".encode()
     communicator = watch(
         trace.id, None, headers=[(b"cookie", cookie), (b"origin", b"http://localhost")]
@@ -156,7 +163,7 @@ async def test_session_cookie_authenticates_the_watch(user, client):
 
 
 async def test_foreign_origin_is_refused(user):
-    trace = await get_trace_store().create_trace(user=user, task="csrf")
+    trace = await orm_store().create_trace(user=user, task="csrf")
     communicator = watch(
         trace.id, await token_for(user), headers=[(b"origin", b"http://evil.example")]
     )
@@ -175,7 +182,7 @@ async def test_redis_layer_carries_events_between_two_application_instances(user
     }
     channel_layers.backends.clear()
     token = await token_for(user)
-    trace = await get_trace_store().create_trace(user=user, task="two processes")
+    trace = await orm_store().create_trace(user=user, task="two processes")
     db = connection.settings_dict
     database_url = (
         f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"

@@ -16,6 +16,7 @@ from traces.store import (
     InvalidCursor,
     InvalidParent,
     InvalidStep,
+    OrmTraceStore,
     StepIdConflict,
     StepNotFound,
     TraceNotFound,
@@ -23,6 +24,13 @@ from traces.store import (
     get_trace_store,
     group_name,
 )
+
+
+def orm_store() -> OrmTraceStore:
+    store = get_trace_store()
+    assert isinstance(store, OrmTraceStore)
+    return store
+
 
 pytestmark = pytest.mark.django_db
 
@@ -45,7 +53,7 @@ def test_steps_get_consecutive_seq_depth_and_path(user):
 
 
 def test_rollups_are_maintained_on_write_across_batches(user):
-    store = get_trace_store()
+    store = orm_store()
     trace = make_trace(user)
     root = step("goal")
     thought = step("thought", parent=root, tokens=100, cost="0.5")
@@ -126,7 +134,7 @@ def test_batch_limit_and_duplicate_ids(user, settings):
 
 
 def test_resending_a_step_id_is_idempotent(user):
-    store = get_trace_store()
+    store = orm_store()
     trace = make_trace(user)
     first = step("goal", name="once")
     add(trace, first)
@@ -149,7 +157,7 @@ def test_step_id_from_another_trace_conflicts(user):
 
 
 def test_completed_trace_takes_no_more_changes(user):
-    store = get_trace_store()
+    store = orm_store()
     trace = make_trace(user)
     root = add(trace, step("goal"))[0]
     done = async_to_sync(store.complete_trace)(trace.id, status="failed")
@@ -166,7 +174,7 @@ def test_completed_trace_takes_no_more_changes(user):
 
 
 def test_unknown_trace_and_step(user):
-    store = get_trace_store()
+    store = orm_store()
     with pytest.raises(TraceNotFound):
         add(Trace(id=uuid.uuid4()), step("goal"))
     trace = make_trace(user)
@@ -177,7 +185,7 @@ def test_unknown_trace_and_step(user):
 
 
 def test_update_rejects_unknown_fields_and_empty_changes(user):
-    store = get_trace_store()
+    store = orm_store()
     trace = make_trace(user)
     root = add(trace, step("goal"))[0]
     with pytest.raises(InvalidStep):
@@ -187,7 +195,7 @@ def test_update_rejects_unknown_fields_and_empty_changes(user):
 
 
 def test_event_log_records_every_change_in_seq_order(user):
-    store = get_trace_store()
+    store = orm_store()
     trace = make_trace(user)
     root = step("goal", status="running")
     add(trace, root, step("thought", parent=root))
@@ -214,12 +222,13 @@ def test_event_log_records_every_change_in_seq_order(user):
 
 
 def test_subtree_windows_children_per_level(user):
-    store = get_trace_store()
+    store = orm_store()
     trace = make_trace(user)
     build_tree(trace, depth=3, fanout=4)
     root = Step.objects.get(trace=trace, depth=0)
 
     window = async_to_sync(store.get_subtree)(trace, root.id, max_depth=2, offset=1, limit=2)
+    assert window.step is not None
     assert window.step["step_id"] == str(root.id)
     assert window.total_children == 4
     assert [c["name"] for c in window.children] == ["n1", "n2"]
@@ -236,7 +245,7 @@ def test_subtree_windows_children_per_level(user):
 
 
 def test_get_children_and_tree(user):
-    store = get_trace_store()
+    store = orm_store()
     trace = make_trace(user)
     build_tree(trace, depth=2, fanout=3)
     root = Step.objects.get(trace=trace, depth=0)
@@ -253,7 +262,7 @@ def test_get_children_and_tree(user):
 
 
 def test_list_traces_filters_and_paginates(user, other_user):
-    store = get_trace_store()
+    store = orm_store()
     made = [make_trace(user, task=f"task {i}", mode="call" if i % 2 else "agent") for i in range(5)]
     make_trace(other_user, task="someone else")
 
@@ -276,7 +285,7 @@ def test_list_traces_filters_and_paginates(user, other_user):
 @pytest.mark.django_db(transaction=True)
 def test_seq_is_unique_and_gapless_under_concurrent_writers(user):
     """Several threads, each with its own database connection, write to one trace at once."""
-    store = get_trace_store()
+    store = orm_store()
     trace = make_trace(user)
     root = add(trace, step("goal"))[0]
     writers, per_writer = 6, 20
@@ -321,7 +330,7 @@ def test_seq_is_unique_and_gapless_under_concurrent_writers(user):
 async def test_concurrent_async_writers_and_broadcast_in_commit_order(user):
     import asyncio
 
-    store = get_trace_store()
+    store = orm_store()
     layer = get_channel_layer()
     channel = await layer.new_channel()
     trace = await store.create_trace(user=user, task="async")
@@ -338,7 +347,7 @@ async def test_concurrent_async_writers_and_broadcast_in_commit_order(user):
 
 @pytest.mark.django_db(transaction=True)
 def test_events_are_not_broadcast_before_commit(user):
-    store = get_trace_store()
+    store = orm_store()
     trace = make_trace(user)
     with transaction.atomic():
         _, events = store.add_steps_sync(trace.id, [step("goal")])
