@@ -6,6 +6,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -23,45 +24,70 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def clean_env(env: dict[str, str]) -> dict[str, str]:
+    """This process's environment without the test run's service settings, plus ``env``."""
+    base = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in {"DATABASE_URL", "REDIS_URL", "SECRET_KEY", "DJANGO_SETTINGS_MODULE"}
+        and not k.startswith(("TEST_", "PYTEST_"))
+    }
+    return {**base, "DJANGO_SETTINGS_MODULE": "devassist.settings", **env}
+
+
+def manage(env: dict[str, str], *args: str) -> str:
+    """Run ``manage.py`` with ``clean_env(env)``; returns stdout, fails on a non-zero exit."""
+    result = subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=REPO,
+        env=clean_env(env),
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    if result.returncode != 0:
+        raise RuntimeError(f"manage.py {' '.join(args)} failed:\n{result.stderr}")
+    return result.stdout
+
+
 @contextmanager
 def daphne_server(env: dict[str, str], *, timeout_s: float = 30.0) -> Iterator[str]:
     """Run DevAssist under daphne with ``env`` (on top of a clean copy of os.environ) and
     yield its base URL once ``/healthz`` answers; the server is always stopped."""
     port = free_port()
-    base_env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in {"DATABASE_URL", "REDIS_URL", "DJANGO_SETTINGS_MODULE"}
-        and not k.startswith(("TEST_", "PYTEST_"))
-    }
-    full_env = {**base_env, "DJANGO_SETTINGS_MODULE": "devassist.settings", **env}
-    process = subprocess.Popen(
-        [str(DAPHNE), "-b", "127.0.0.1", "-p", str(port), "devassist.asgi:application"],
-        cwd=REPO,
-        env=full_env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
     base_url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            if process.poll() is not None:
-                output = process.stdout.read().decode(errors="replace") if process.stdout else ""
-                raise RuntimeError(f"daphne exited with {process.returncode}:\n{output}")
-            try:
-                if httpx.get(f"{base_url}/healthz", timeout=2).status_code in (200, 503):
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError("daphne did not answer /healthz in time")
-            time.sleep(0.2)
-        yield base_url
-    finally:
-        process.terminate()
+    with tempfile.TemporaryFile() as log:
+
+        def output() -> str:
+            log.seek(0)
+            return log.read().decode(errors="replace")[-5000:]
+
+        process = subprocess.Popen(
+            [str(DAPHNE), "-b", "127.0.0.1", "-p", str(port), "devassist.asgi:application"],
+            cwd=REPO,
+            env=clean_env(env),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
         try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+            deadline = time.monotonic() + timeout_s
+            while True:
+                if process.poll() is not None:
+                    raise RuntimeError(f"daphne exited with {process.returncode}:\n{output()}")
+                try:
+                    if httpx.get(f"{base_url}/healthz", timeout=2).status_code in (200, 503):
+                        break
+                except httpx.HTTPError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"daphne did not answer /healthz in time:\n{output()}")
+                time.sleep(0.2)
+            yield base_url
+        finally:
+            process.terminate()
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
