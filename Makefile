@@ -24,6 +24,9 @@ install: $(BIN)/.installed
 run: $(BIN)/.installed
 	$(RUN_ENV) $(BIN)/python manage.py migrate --noinput
 	$(RUN_ENV) $(BIN)/python manage.py ensure_demo_user
+	@# Code execution needs the sandbox image; without a Docker engine DevAssist runs without it.
+	$(RUN_ENV) $(BIN)/python manage.py sandbox_image build \
+		|| echo "warning: no sandbox image, code execution is unavailable (see docs/sandbox-image.md)"
 	@echo "DevAssist on http://$(HOST):$(PORT)/ (Ctrl+C stops it)"
 	$(RUN_ENV) $(BIN)/daphne -b $(HOST) -p $(PORT) devassist.asgi:application
 

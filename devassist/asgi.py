@@ -12,8 +12,10 @@ django_asgi_app = get_asgi_application()
 
 # Routing imports models, so it must come after Django is set up.
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
+from django.conf import settings  # noqa: E402
 
 from devassist.ws_auth import TokenAuthMiddlewareStack, browser_origin_validator  # noqa: E402
+from sandbox.backends import warm_start  # noqa: E402
 from traces.routing import websocket_urlpatterns as trace_websockets  # noqa: E402
 
 application = ProtocolTypeRouter(
@@ -25,3 +27,6 @@ application = ProtocolTypeRouter(
         ),
     }
 )
+
+if settings.SANDBOX_WARM_ON_START:
+    warm_start()

@@ -6,10 +6,18 @@ See the configuration table in README.md for every variable read here.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import dj_database_url
 
-from devassist.env import env_bool, env_int, env_list, env_str, persistent_secret_key
+from devassist.env import (
+    env_bool,
+    env_float,
+    env_int,
+    env_list,
+    env_str,
+    persistent_secret_key,
+)
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("DEVASSIST_VAR_DIR", str(BASE_DIR / "var")))
@@ -139,6 +147,23 @@ SANDBOX_IMAGE_REPOSITORY = env_str("SANDBOX_IMAGE_REPOSITORY", "devassist-sandbo
 SANDBOX_DEBIAN_MIRROR = env_str("SANDBOX_DEBIAN_MIRROR")
 SANDBOX_DEBIAN_SUITE = env_str("SANDBOX_DEBIAN_SUITE", "bookworm")
 SANDBOX_EXTRA_PACKAGES = env_list("SANDBOX_EXTRA_PACKAGES", [])
+
+# Where untrusted code runs (Django's backend idiom). The options are the container limits.
+SANDBOX: dict[str, Any] = {
+    "BACKEND": env_str("SANDBOX_BACKEND", "sandbox.backends.docker.DockerSandbox"),
+    "OPTIONS": {
+        "memory_mb": env_int("SANDBOX_MEMORY_MB", 256),
+        "pids_limit": env_int("SANDBOX_PIDS_LIMIT", 128),
+        "cpus": env_float("SANDBOX_CPUS", 1.0),
+        "tmpfs_mb": env_int("SANDBOX_TMPFS_MB", 64),
+        "pool_size": env_int("SANDBOX_POOL_SIZE", 2),
+        "output_limit_chars": env_int("SANDBOX_OUTPUT_LIMIT_CHARS", 20_000),
+    },
+}
+SANDBOX_TIMEOUT_DEFAULT_S = 5
+SANDBOX_TIMEOUT_MAX_S = 60
+# Start the warm pool when the ASGI application loads, instead of at the first execution.
+SANDBOX_WARM_ON_START = env_bool("SANDBOX_WARM_ON_START", default=True)
 
 LOG_FORMAT = env_str("LOG_FORMAT", "console" if DEBUG else "json")
 LOG_LEVEL = env_str("LOG_LEVEL", "INFO")

@@ -4,18 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-import docker
-from django.conf import settings
 from docker.errors import DockerException
+
+from sandbox.engine import docker_client
 
 
 def docker_status(*, timeout_s: float = 2.0) -> dict[str, Any]:
     """``{"ok": True, "version": ...}`` when the engine answers, else ``{"ok": False, "error"}``."""
     try:
-        if settings.DOCKER_HOST:
-            client = docker.DockerClient(base_url=settings.DOCKER_HOST, timeout=timeout_s)
-        else:
-            client = docker.from_env(timeout=timeout_s)
+        client = docker_client(timeout_s=timeout_s)
         try:
             client.ping()
             version = client.version().get("Version", "")

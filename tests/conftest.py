@@ -71,6 +71,27 @@ def store() -> Any:
     return get_trace_store()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _no_sandbox_container_outlives_the_session() -> Iterator[None]:
+    """Whatever ran, once the session ends no labelled sandbox container may remain."""
+    yield
+    from sandbox.backends import get_sandbox
+    from sandbox.backends.docker import LABEL
+    from sandbox.engine import docker_client
+    from sandbox.health import docker_status
+
+    if get_sandbox.cache_info().currsize:
+        get_sandbox().close()
+    if not docker_status()["ok"]:
+        return
+    client = docker_client(timeout_s=10)
+    try:
+        left = [c.name for c in client.containers.list(all=True, filters={"label": LABEL})]
+    finally:
+        client.close()
+    assert left == [], f"sandbox containers left behind: {left}"
+
+
 @pytest.fixture(autouse=True)
 def _close_executor_connections() -> Iterator[None]:
     """Async tests reach the database from asgiref's shared sync thread; close that thread's

@@ -16,5 +16,6 @@ os.environ.pop("REDIS_URL", None)
 
 from devassist.settings import *  # noqa: F403
 
+SANDBOX_WARM_ON_START = False
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 TEST_REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/0")

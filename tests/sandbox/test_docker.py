@@ -1,0 +1,290 @@
+"""Containment: each test runs hostile code in the real container and asserts the outcome.
+
+These call the backend directly, without the AST scan in front: the container is the boundary.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import threading
+import time
+
+import pytest
+
+from sandbox.backends.docker import DockerSandbox
+from sandbox.engine import docker_client
+from tests.sandbox.conftest import labelled_containers
+
+
+def run(sandbox: DockerSandbox, code: str, timeout_s: float = 10):
+    return sandbox.run(code=code, timeout_s=timeout_s)
+
+
+def test_runs_python_and_reports_exit_code(sandbox):
+    result = run(sandbox, "import sys\nprint(1 + 1)\nprint('warn', file=sys.stderr)\nsys.exit(3)")
+    assert result.stdout == "2\n"
+    assert result.stderr == "warn\n"
+    assert result.exit_code == 3
+    assert (result.timed_out, result.oom_killed, result.truncated) == (False, False, False)
+    assert result.backend == "docker"
+    assert result.image == sandbox.image
+
+
+def test_unicode_round_trips(sandbox):
+    result = run(sandbox, "print('写一个 ✓')")
+    assert result.stdout == "写一个 ✓\n"
+
+
+@pytest.mark.parametrize(
+    "address",
+    [("1.1.1.1", 53), ("169.254.169.254", 80), ("172.17.0.1", 2375), ("127.0.0.1", 5432)],
+)
+def test_no_network_egress(sandbox, address):
+    host, port = address
+    code = f"""
+import socket
+s = socket.socket()
+s.settimeout(3)
+try:
+    s.connect(({host!r}, {port}))
+    print("CONNECTED")
+except OSError as exc:
+    print("refused", exc.errno)
+"""
+    result = run(sandbox, code)
+    assert "CONNECTED" not in result.stdout
+    assert result.stdout.startswith("refused")
+
+
+def test_only_loopback_exists(sandbox):
+    result = run(sandbox, "import socket\nprint(sorted(n for _, n in socket.if_nameindex()))")
+    assert result.stdout.strip() == "['lo']"
+
+
+def test_root_filesystem_is_read_only(sandbox):
+    code = """
+for path in ("/x", "/etc/passwd", "/usr/lib/x"):
+    try:
+        open(path, "w").write("x")
+        print("WROTE", path)
+    except OSError as exc:
+        print(type(exc).__name__)
+"""
+    result = run(sandbox, code)
+    assert "WROTE" not in result.stdout
+    assert result.stdout.count("Error") == 3
+
+
+def test_filling_tmp_past_its_size_fails_with_enospc(sandbox):
+    code = """
+import errno
+written = 0
+try:
+    for i in range(200):
+        with open(f"/tmp/f{i}", "wb") as f:
+            f.write(b"x" * (1 << 20))
+        written += 1
+except OSError as exc:
+    print(errno.errorcode[exc.errno], written)
+"""
+    result = run(sandbox, code)
+    name, written = result.stdout.split()
+    assert name == "ENOSPC"
+    assert 60 <= int(written) <= 64
+
+
+def test_fork_bomb_is_stopped_by_the_pids_limit(sandbox):
+    code = """
+import os, time
+forks = 0
+try:
+    while True:
+        if os.fork() == 0:
+            time.sleep(60)
+            os._exit(0)
+        forks += 1
+except OSError as exc:
+    print("stopped", forks, exc.errno)
+"""
+    result = run(sandbox, code)
+    word, forks, errno_ = result.stdout.split()
+    assert word == "stopped"
+    assert int(forks) < 128
+    assert int(errno_) == 11  # EAGAIN
+
+
+def test_memory_bomb_ends_as_oom_killed(sandbox):
+    result = run(sandbox, "chunks = []\nwhile True:\n    chunks.append(bytearray(32 << 20))")
+    assert result.oom_killed
+    assert result.exit_code == 137
+    assert not result.timed_out
+
+
+@pytest.mark.parametrize(
+    "code", ["while True: pass", "import time\ntime.sleep(10**6)", "10**10**8"]
+)
+def test_runaway_code_times_out_and_the_container_is_gone(sandbox, code):
+    before = set(labelled_containers())
+    started = time.monotonic()
+    result = run(sandbox, code, timeout_s=2)
+    elapsed = time.monotonic() - started
+    assert result.timed_out
+    assert result.exit_code is None
+    assert "timed out" in result.stderr
+    assert elapsed < 2 + 1
+    leftover = set(labelled_containers()) - before
+    # Only the pool's fresh replacements may have appeared.
+    client = docker_client(timeout_s=10)
+    try:
+        roles = [client.containers.get(n).labels["org.devassist.role"] for n in leftover]
+    finally:
+        client.close()
+    assert set(roles) <= {"pool"}
+
+
+def test_huge_output_is_truncated_and_host_memory_stays_flat(sandbox):
+    def rss_kib() -> int:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+        raise AssertionError("no VmRSS")
+
+    before = rss_kib()
+    code = (
+        "import sys\n"
+        "chunk = 'y' * 1_000_000 + '\\n'\n"
+        "for _ in range(100):\n"
+        "    sys.stdout.write(chunk)\n"
+        "print('END')"
+    )
+    result = run(sandbox, code, timeout_s=30)
+    grown_kib = rss_kib() - before
+    assert result.truncated
+    assert not result.timed_out
+    assert result.exit_code == 0
+    assert "output truncated" in result.stdout
+    assert result.stdout.endswith("END\n")
+    assert len(result.stdout) < 20_200
+    assert grown_kib < 30 * 1024
+
+
+def test_environment_holds_no_host_secrets(sandbox, monkeypatch):
+    monkeypatch.setenv("DEVASSIST_TEST_SECRET", "hunter2-do-not-leak")
+    code = """
+import os
+print(sorted(os.environ))
+print(open("/proc/1/environ", "rb").read())
+print(open("/proc/self/environ", "rb").read())
+"""
+    result = run(sandbox, code)
+    assert "hunter2" not in result.stdout
+    assert "SECRET" not in result.stdout
+    assert "DATABASE_URL" not in result.stdout
+    names = ast.literal_eval(result.stdout.splitlines()[0])
+    assert set(names) <= {
+        "PATH",
+        "HOSTNAME",
+        "HOME",
+        "LANG",
+        "PYTHONDONTWRITEBYTECODE",
+        "PYTHONUNBUFFERED",
+    }
+
+
+def test_no_docker_socket_inside(sandbox):
+    code = """
+import os
+for path in ("/var/run/docker.sock", "/run/docker.sock", "/run/containerd/containerd.sock"):
+    print(path, os.path.exists(path))
+"""
+    result = run(sandbox, code)
+    assert "True" not in result.stdout
+
+
+def test_runs_as_nobody_without_capabilities(sandbox):
+    code = """
+import os
+print(os.getuid(), os.geteuid(), os.getgid())
+status = dict(line.split(":", 1) for line in open("/proc/self/status"))
+print(status["CapEff"].strip(), status["CapPrm"].strip(), status["NoNewPrivs"].strip(),
+      status["Seccomp"].strip())
+"""
+    first, second = run(sandbox, code).stdout.splitlines()
+    assert first == "65534 65534 65534"
+    cap_eff, cap_prm, no_new_privs, seccomp = second.split()
+    assert int(cap_eff, 16) == 0
+    assert int(cap_prm, 16) == 0
+    assert no_new_privs == "1"
+    assert seccomp == "2"  # filtering: Docker's default profile
+
+
+def test_setuid_binaries_give_no_privilege(sandbox):
+    code = """
+import os, stat, subprocess
+setuid = [os.path.join(d, f) for d in ("/bin", "/usr/bin", "/sbin", "/usr/sbin")
+          for f in os.listdir(d) if os.stat(os.path.join(d, f)).st_mode & stat.S_ISUID]
+mount = subprocess.run(["mount", "-t", "tmpfs", "none", "/mnt"], capture_output=True, text=True)
+print(mount.returncode)
+print(os.geteuid())
+"""
+    result = run(sandbox, code)
+    returncode, euid = result.stdout.split()
+    assert int(returncode) != 0
+    assert euid == "65534"
+
+
+def test_each_execution_gets_a_fresh_container(sandbox):
+    code = "import os\nprint(os.path.exists('/tmp/marker'))\nopen('/tmp/marker', 'w').write('1')"
+    assert run(sandbox, code).stdout == "False\n"
+    assert run(sandbox, code).stdout == "False\n"
+
+
+def test_warm_pool_refills(sandbox):
+    deadline = time.monotonic() + 20
+    while sandbox.idle_count() < sandbox.pool_size and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert sandbox.idle_count() == sandbox.pool_size
+    run(sandbox, "print(1)")
+    deadline = time.monotonic() + 20
+    while sandbox.idle_count() < sandbox.pool_size and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert sandbox.idle_count() == sandbox.pool_size
+
+
+def test_cold_start_without_a_pool(cold_sandbox):
+    result = run(cold_sandbox, "print('cold')")
+    assert result.stdout == "cold\n"
+    assert cold_sandbox.idle_count() == 0
+
+
+def test_cancel_stops_the_execution(sandbox):
+    cancel = threading.Event()
+    threading.Timer(0.5, cancel.set).start()
+    started = time.monotonic()
+    result = sandbox.run(code="import time\ntime.sleep(60)", timeout_s=30, cancel=cancel)
+    assert result.cancelled
+    assert not result.timed_out
+    assert time.monotonic() - started < 5
+
+
+def test_orphans_of_dead_processes_are_reaped(sandbox, sandbox_image):
+    client = docker_client(timeout_s=10)
+    try:
+        orphan = DockerSandbox(image=sandbox_image, pool_size=0)._create(deadline_s=3600)
+        # Pretend its owner died: relabel by creating a twin with a pid that does not exist.
+        config = client.api.inspect_container(orphan.id)
+        labels = dict(config["Config"]["Labels"], **{"org.devassist.pid": "999999999"})
+        orphan.remove(force=True)
+        twin = client.containers.create(sandbox_image, command=["true"], labels=labels)
+        expired_labels = dict(
+            labels, **{"org.devassist.pid": str(os.getpid()), "org.devassist.expires_at": "1"}
+        )
+        expired = client.containers.create(sandbox_image, command=["true"], labels=expired_labels)
+        assert sandbox.reap_orphans() >= 2
+        names = {c.id for c in client.containers.list(all=True)}
+        assert twin.id not in names
+        assert expired.id not in names
+    finally:
+        client.close()
