@@ -10,17 +10,13 @@ from django.core.exceptions import PermissionDenied, RequestDataTooBig
 from django.http import Http404, HttpRequest, HttpResponse
 from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
-from ninja.renderers import JSONRenderer
 
 from devassist.auth import api_auth
 from devassist.envelope import code_for_status, error_response
 from devassist.errors import ApiError
+from devassist.responses import OrjsonRenderer
 
 logger = structlog.get_logger(__name__)
-
-
-class UnicodeJSONRenderer(JSONRenderer):
-    json_dumps_params = {"ensure_ascii": False}
 
 
 api = NinjaAPI(
@@ -28,7 +24,7 @@ api = NinjaAPI(
     version="1",
     urls_namespace="api",
     auth=api_auth,
-    renderer=UnicodeJSONRenderer(),
+    renderer=OrjsonRenderer(),
     docs_url="/docs",
     # The docs and the OpenAPI schema are pages: anonymous visitors go to the login page.
     docs_decorator=login_required,
@@ -109,3 +105,4 @@ def _unhandled(request: HttpRequest, exc: Exception) -> HttpResponse:
 
 
 api.add_router("/traces", "traces.api.router")
+api.add_router("/sandbox", "sandbox.api.router")

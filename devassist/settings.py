@@ -84,7 +84,18 @@ DATABASES = {
         conn_max_age=env_int("DATABASE_CONN_MAX_AGE", 0),
     )
 }
-if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and env_bool(
+    "DATABASE_POOL", default=True
+):
+    # Django's ASGI handler runs each request's ORM work on a thread of its own, so without a
+    # pool every request opens a new connection (several ms each).
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
+    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+        "min_size": env_int("DATABASE_POOL_MIN", 2),
+        "max_size": env_int("DATABASE_POOL_MAX", 20),
+        "timeout": 10,
+    }
+elif DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # Concurrent readers beside the one writer, and writers wait instead of failing at once.
     DATABASES["default"]["OPTIONS"] = {
         "transaction_mode": "IMMEDIATE",
@@ -160,6 +171,9 @@ SANDBOX: dict[str, Any] = {
         "output_limit_chars": env_int("SANDBOX_OUTPUT_LIMIT_CHARS", 20_000),
     },
 }
+# Overrides of the AST scan's policy (sandbox.scanner.ScanPolicy.with_overrides), e.g.
+# {"disabled_rules": ["dynamic"], "read_allowed_paths": {"add": ["/data"]}}.
+SANDBOX_SCAN_POLICY: dict[str, Any] = {}
 SANDBOX_TIMEOUT_DEFAULT_S = 5
 SANDBOX_TIMEOUT_MAX_S = 60
 # Start the warm pool when the ASGI application loads, instead of at the first execution.

@@ -75,13 +75,11 @@ def store() -> Any:
 def _no_sandbox_container_outlives_the_session() -> Iterator[None]:
     """Whatever ran, once the session ends no labelled sandbox container may remain."""
     yield
-    from sandbox.backends import get_sandbox
-    from sandbox.backends.docker import LABEL
+    from sandbox.backends.docker import LABEL, close_all
     from sandbox.engine import docker_client
     from sandbox.health import docker_status
 
-    if get_sandbox.cache_info().currsize:
-        get_sandbox().close()
+    close_all()
     if not docker_status()["ok"]:
         return
     client = docker_client(timeout_s=10)

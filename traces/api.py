@@ -6,15 +6,16 @@ import uuid
 from typing import Any
 
 from django.conf import settings
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
 from ninja import Field as NinjaField
 from ninja import Query, Router, Schema, Status
 
 from devassist.auth import api_user
 from devassist.errors import Forbidden
+from devassist.responses import json_response
 from traces.access import can_view, can_write
 from traces.models import Trace
-from traces.projections import step_dict, step_row, trace_dict
+from traces.projections import step_dict, trace_dict
 from traces.schemas import (
     EventsOut,
     NodeOut,
@@ -34,6 +35,7 @@ from traces.store import MAX_DEPTH, StepCreate, TraceNotFound, get_trace_store
 
 router = Router(tags=["traces"])
 
+#: The tree endpoint answers at most this many steps; bigger traces page with the node endpoint.
 TREE_MAX_STEPS = 50_000
 
 
@@ -124,7 +126,7 @@ async def add_steps(
     return Status(
         201,
         {
-            "steps": [step_dict(step_row(s)) for s in added.steps],
+            "steps": [step_dict(s) for s in added.steps],
             "created": added.created,
             "existing": len(added.steps) - added.created,
         },
@@ -139,7 +141,7 @@ async def update_step(
     step = await get_trace_store().update_step(
         trace_id, step_id, payload.model_dump(exclude_unset=True)
     )
-    return step_dict(step_row(step, full=True), full=True)
+    return step_dict(step, full=True)
 
 
 @router.post("/{trace_id}/complete", response=TraceOut, url_name="complete_trace")
@@ -180,20 +182,20 @@ async def get_trace(request: HttpRequest, trace_id: uuid.UUID) -> dict[str, Any]
 @router.get("/{trace_id}/tree", response=TreeOut, url_name="trace_tree")
 async def trace_tree(
     request: HttpRequest, trace_id: uuid.UUID, query: Query[TreeQuery]
-) -> dict[str, Any]:
+) -> HttpResponse:
     """The whole tree in two queries. ``compact`` (default) leaves out ``data`` (see
     ``data_preview``); for traces past 50,000 steps use ``max_depth`` or the node endpoint."""
     trace = await _visible_trace(request, trace_id)
     roots = await get_trace_store().get_tree(
-        trace, max_depth=query.max_depth, full=query.view == "full"
+        trace, max_depth=query.max_depth, full=query.view == "full", max_steps=TREE_MAX_STEPS
     )
-    return {"trace": trace_dict(trace), "root_steps": roots}
+    return json_response({"trace": trace_dict(trace), "root_steps": roots})
 
 
 @router.get("/{trace_id}/node/{step_id}", response=NodeOut, url_name="trace_node")
 async def trace_node(
     request: HttpRequest, trace_id: uuid.UUID, step_id: str, query: Query[NodeQuery]
-) -> dict[str, Any]:
+) -> HttpResponse:
     """A step (``root`` or ``null`` for the top level) with a window of its children, nested
     ``max_depth`` levels; one query per level."""
     node_id = _parse_node_id(step_id)
@@ -206,19 +208,21 @@ async def trace_node(
         limit=query.limit,
         full=query.expand,
     )
-    return {
-        "step": window.step,
-        "children": window.children,
-        "total_children": window.total_children,
-        "next_offset": window.next_offset,
-    }
+    return json_response(
+        {
+            "step": window.step,
+            "children": window.children,
+            "total_children": window.total_children,
+            "next_offset": window.next_offset,
+        }
+    )
 
 
 @router.get("/{trace_id}/steps/{step_id}", response=StepFullOut, url_name="get_step")
 async def get_step(request: HttpRequest, trace_id: uuid.UUID, step_id: uuid.UUID) -> dict[str, Any]:
     await _visible_trace(request, trace_id)
     step = await get_trace_store().get_step(trace_id, step_id)
-    return step_dict(step_row(step, full=True), full=True)
+    return step_dict(step, full=True)
 
 
 @router.get("/{trace_id}/events", response=EventsOut, url_name="trace_events")

@@ -4,55 +4,34 @@ event log and the websocket, so a step looks the same wherever a client meets it
 from __future__ import annotations
 
 import json
-from datetime import datetime
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
+from django.db.models import QuerySet
+
 from traces.models import Step, Trace
+from traces.sql import AsFloat, IsoTimestamp, Prefix, UuidText
 
 PREVIEW_CHARS = 200
 COMPACT_TEXT_CHARS = 200
 
-#: Columns a compact step needs; the tree and node queries load only these.
-STEP_SKELETON_FIELDS = (
-    "id",
-    "trace_id",
-    "parent_id",
-    "seq",
-    "depth",
-    "step_type",
-    "status",
-    "name",
-    "description",
-    "error",
-    "data_preview",
-    "data_bytes",
-    "started_at",
-    "finished_at",
-    "duration_ms",
-    "tokens",
-    "cost",
-    "children_count",
-    "subtree_steps",
-    "subtree_error_count",
-    "subtree_tokens",
-    "subtree_cost",
-)
-STEP_FULL_FIELDS = (*STEP_SKELETON_FIELDS, "path", "data")
-
 
 def iso(value: datetime | None) -> str | None:
-    """UTC ISO 8601 with a ``Z``."""
+    """UTC ISO 8601 with microseconds and a ``Z`` (the form ``IsoTimestamp`` gives in SQL)."""
     if value is None:
         return None
-    return value.isoformat().replace("+00:00", "Z")
+    return value.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
 def money(value: Decimal | float | None) -> float:
     return float(value or 0)
 
 
-def clip(text: str, limit: int) -> str:
+def clip(text: str | None, limit: int) -> str:
+    """``text`` cut to ``limit`` characters, the last one an ellipsis when something was cut."""
+    if not text:
+        return ""
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
@@ -62,42 +41,75 @@ def data_summary(data: Any) -> tuple[str, int]:
     return clip(encoded, PREVIEW_CHARS), len(encoded.encode())
 
 
-def step_row(step: Step, *, full: bool = False) -> dict[str, Any]:
-    """A model instance as the row dict that ``step_dict`` takes."""
-    fields = STEP_FULL_FIELDS if full else STEP_SKELETON_FIELDS
-    return {name: getattr(step, name) for name in fields}
+#: The skeleton of a step as the database formats it (see ``traces.sql``): ids and
+#: timestamps arrive as text and costs as floats, so building 10,000 nodes stays cheap.
+_SKELETON_PLAIN = (
+    "seq",
+    "depth",
+    "step_type",
+    "status",
+    "name",
+    "data_preview",
+    "data_bytes",
+    "duration_ms",
+    "tokens",
+    "children_count",
+    "subtree_steps",
+    "subtree_error_count",
+    "subtree_tokens",
+)
 
 
-def step_dict(row: dict[str, Any], *, full: bool = False) -> dict[str, Any]:
-    """A step from a row of ``STEP_SKELETON_FIELDS`` (plus ``path`` and ``data`` when full).
+def _skeleton_expressions() -> dict[str, Any]:
+    return {
+        "step_id": UuidText("id"),
+        "trace_ref": UuidText("trace_id"),
+        "parent_ref": UuidText("parent_id"),
+        "started": IsoTimestamp("started_at"),
+        "finished": IsoTimestamp("finished_at"),
+        "cost_value": AsFloat("cost"),
+        "subtree_cost_value": AsFloat("subtree_cost"),
+        "description_head": Prefix("description", COMPACT_TEXT_CHARS + 1),
+        "error_head": Prefix("error", COMPACT_TEXT_CHARS + 1),
+    }
 
-    Compact steps cut ``description`` and ``error`` to 200 characters and carry ``data_preview``
-    instead of ``data``.
-    """
-    description = row["description"]
-    error = row["error"]
+
+def step_values(qs: QuerySet[Step], *, full: bool = False) -> QuerySet[Step, dict[str, Any]]:
+    """``qs`` as rows for ``step_from_values``; ``full`` adds path, data and the whole texts."""
+    extra = ("path", "data", "description", "error") if full else ()
+    return qs.values(*_SKELETON_PLAIN, *extra, **_skeleton_expressions())
+
+
+def step_from_values(row: dict[str, Any], *, full: bool = False) -> dict[str, Any]:
+    """A step in the API's shape from a ``step_values`` row."""
+    children = row["children_count"]
+    if full:
+        description, error = row["description"], row["error"]
+    else:
+        description = clip(row["description_head"], COMPACT_TEXT_CHARS)
+        error = clip(row["error_head"], COMPACT_TEXT_CHARS)
     out: dict[str, Any] = {
-        "step_id": str(row["id"]),
-        "trace_id": str(row["trace_id"]),
-        "parent_id": str(row["parent_id"]) if row["parent_id"] else None,
+        "step_id": row["step_id"],
+        "trace_id": row["trace_ref"],
+        "parent_id": row["parent_ref"],
         "seq": row["seq"],
         "depth": row["depth"],
         "step_type": row["step_type"],
         "status": row["status"],
         "name": row["name"],
-        "description": description if full else clip(description, COMPACT_TEXT_CHARS),
-        "error": error if full else clip(error, COMPACT_TEXT_CHARS),
-        "started_at": iso(row["started_at"]),
-        "finished_at": iso(row["finished_at"]),
+        "description": description,
+        "error": error,
+        "started_at": row["started"],
+        "finished_at": row["finished"],
         "duration_ms": row["duration_ms"],
         "tokens": row["tokens"],
-        "cost": money(row["cost"]),
-        "children_count": row["children_count"],
-        "has_children": row["children_count"] > 0,
+        "cost": row["cost_value"] or 0.0,
+        "children_count": children,
+        "has_children": children > 0,
         "subtree_steps": row["subtree_steps"],
         "subtree_error_count": row["subtree_error_count"],
         "subtree_tokens": row["subtree_tokens"],
-        "subtree_cost": money(row["subtree_cost"]),
+        "subtree_cost": row["subtree_cost_value"] or 0.0,
         "data_preview": row["data_preview"],
         "data_bytes": row["data_bytes"],
     }
@@ -105,6 +117,27 @@ def step_dict(row: dict[str, Any], *, full: bool = False) -> dict[str, Any]:
         out["path"] = row["path"]
         out["data"] = row["data"]
     return out
+
+
+def step_dict(step: Step, *, full: bool = False) -> dict[str, Any]:
+    """A model instance in the same shape as ``step_from_values`` gives."""
+    row = {name: getattr(step, name) for name in _SKELETON_PLAIN}
+    row.update(
+        step_id=str(step.id),
+        trace_ref=str(step.trace_id),
+        parent_ref=str(step.parent_id) if step.parent_id else None,
+        started=iso(step.started_at),
+        finished=iso(step.finished_at),
+        cost_value=money(step.cost),
+        subtree_cost_value=money(step.subtree_cost),
+        description_head=step.description[: COMPACT_TEXT_CHARS + 1],
+        error_head=step.error[: COMPACT_TEXT_CHARS + 1],
+        description=step.description,
+        error=step.error,
+        path=step.path,
+        data=step.data,
+    )
+    return step_from_values(row, full=full)
 
 
 def trace_totals(trace: Trace) -> dict[str, Any]:

@@ -44,11 +44,10 @@ from traces.models import (
     TraceStatus,
 )
 from traces.projections import (
-    STEP_FULL_FIELDS,
-    STEP_SKELETON_FIELDS,
     data_summary,
     step_dict,
-    step_row,
+    step_from_values,
+    step_values,
     trace_dict,
     trace_totals,
 )
@@ -87,6 +86,10 @@ class InvalidStep(BadRequest):
 
 class BatchTooLarge(PayloadTooLarge):
     code = "batch_too_large"
+
+
+class TreeTooLarge(PayloadTooLarge):
+    code = "tree_too_large"
 
 
 class InvalidCursor(BadRequest):
@@ -209,7 +212,12 @@ class TraceStore(Protocol):
     ) -> StepWindow: ...
 
     async def get_tree(
-        self, trace: Trace, *, max_depth: int | None = None, full: bool = False
+        self,
+        trace: Trace,
+        *,
+        max_depth: int | None = None,
+        full: bool = False,
+        max_steps: int | None = None,
     ) -> list[dict[str, Any]]: ...
 
     async def complete_trace(
@@ -577,9 +585,7 @@ class OrmTraceStore:
         _apply_deltas(trace.id, deltas)
         # Events carry the steps as stored, rollups from later steps of the batch included.
         for step in new_steps:
-            events.append(
-                _step_event("step_added", step.seq, trace, step=step_dict(step_row(step)))
-            )
+            events.append(_step_event("step_added", step.seq, trace, step=step_dict(step)))
         return stored, new_steps, events
 
     @staticmethod
@@ -662,7 +668,7 @@ class OrmTraceStore:
             step.save(update_fields=sorted(updated))
             trace.last_seq += 1
             trace.save(update_fields=["last_seq", "total_tokens", "total_cost", "error_count"])
-            row = step_dict(step_row(step))
+            row = step_dict(step)
             shown = updated - {"data"} | ({"data_preview"} if "data" in changes else set())
             updates = {name: row[name] for name in sorted(shown) if name in row}
             event = _step_event(
@@ -721,22 +727,21 @@ class OrmTraceStore:
         limit: int,
         full: bool,
     ) -> StepWindow:
-        fields = STEP_FULL_FIELDS if full else STEP_SKELETON_FIELDS
         steps = Step.objects.filter(trace=trace)
         node: dict[str, Any] | None = None
         if step_id is None:
             total = trace.root_count
             level = steps.filter(parent__isnull=True)
         else:
-            row = steps.filter(pk=step_id).values(*fields).first()
+            row = step_values(steps.filter(pk=step_id), full=full).first()
             if row is None:
                 raise StepNotFound(f"Step {step_id} does not exist in trace {trace.id}.")
-            node = step_dict(row, full=full)
+            node = step_from_values(row, full=full)
             total = row["children_count"]
             level = steps.filter(parent_id=step_id)
         first = [
-            step_dict(r, full=full)
-            for r in level.order_by("seq").values(*fields)[offset : offset + limit]
+            step_from_values(r, full=full)
+            for r in step_values(level.order_by("seq"), full=full)[offset : offset + limit]
         ]
         for child in first:
             child["children"] = []
@@ -744,7 +749,7 @@ class OrmTraceStore:
         for _depth in range(1, max_depth):
             if not frontier:
                 break
-            rows = (
+            ranked = (
                 steps.filter(parent_id__in=list(frontier))
                 .annotate(
                     sibling_rank=Window(
@@ -753,11 +758,10 @@ class OrmTraceStore:
                 )
                 .filter(sibling_rank__lte=limit)
                 .order_by("seq")
-                .values(*fields)
             )
             next_frontier: dict[str, dict[str, Any]] = {}
-            for r in rows:
-                child = step_dict(r, full=full)
+            for r in step_values(ranked, full=full):
+                child = step_from_values(r, full=full)
                 child["children"] = []
                 frontier[child["parent_id"]]["children"].append(child)
                 if child["has_children"]:
@@ -772,20 +776,36 @@ class OrmTraceStore:
         )
 
     async def get_tree(
-        self, trace: Trace, *, max_depth: int | None = None, full: bool = False
+        self,
+        trace: Trace,
+        *,
+        max_depth: int | None = None,
+        full: bool = False,
+        max_steps: int | None = None,
     ) -> list[dict[str, Any]]:
-        """The whole tree (to ``max_depth`` levels) as nested dicts in one query."""
-        return await sync_to_async(self._get_tree)(trace, max_depth, full)
+        """The whole tree (to ``max_depth`` levels) as nested dicts in one query. Raises
+        ``TreeTooLarge`` when it holds more than ``max_steps`` steps."""
+        return await sync_to_async(self._get_tree)(trace, max_depth, full, max_steps)
 
-    def _get_tree(self, trace: Trace, max_depth: int | None, full: bool) -> list[dict[str, Any]]:
-        fields = STEP_FULL_FIELDS if full else STEP_SKELETON_FIELDS
+    def _get_tree(
+        self, trace: Trace, max_depth: int | None, full: bool, max_steps: int | None
+    ) -> list[dict[str, Any]]:
         qs = Step.objects.filter(trace=trace)
         if max_depth is not None:
             qs = qs.filter(depth__lt=max_depth)
+        rows = step_values(qs.order_by("seq"), full=full)
+        if max_steps is not None:
+            rows = rows[: max_steps + 1]
         nodes: dict[str, dict[str, Any]] = {}
         roots: list[dict[str, Any]] = []
-        for row in qs.order_by("seq").values(*fields).iterator(chunk_size=2000):
-            node = step_dict(row, full=full)
+        for row in rows:
+            if max_steps is not None and len(nodes) == max_steps:
+                raise TreeTooLarge(
+                    f"The tree has more than {max_steps:,} steps: load it level by level with "
+                    "the node endpoint, or pass max_depth.",
+                    details={"max_steps": max_steps, "total_steps": trace.total_steps},
+                )
+            node = step_from_values(row, full=full)
             node["children"] = []
             nodes[node["step_id"]] = node
             parent = nodes.get(node["parent_id"]) if node["parent_id"] else None

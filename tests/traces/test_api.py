@@ -342,7 +342,7 @@ def test_tree_compact_and_full(api, user):
     assert root["has_children"] is True
     assert root["children_count"] == 2
     assert root["subtree_steps"] == 7
-    assert root["data"] is None
+    assert "data" not in root
     assert len(root["children"][0]["children"]) == 2
     leaf = root["children"][0]["children"][0]
     assert leaf["has_children"] is False
@@ -489,3 +489,45 @@ def test_steps_body_must_be_objects(api, user):
         response = post(api, f"/api/traces/{trace.id}/steps", body)
         assert_error(response, HTTPStatus.UNPROCESSABLE_ENTITY, "validation_error")
     assert Step.objects.filter(trace=trace).count() == 0
+
+
+def test_tree_nodes_and_single_steps_share_one_format(api, user):
+    """Tree rows are formatted by the database, single steps in Python: they must agree."""
+    trace = make_trace(user)
+    root = step("goal", cost="0.12345678", description="d" * 250, error="boom")
+    add(trace, root, step("thought", parent=root, tokens=3))
+    tree_root = api.get(f"/api/traces/{trace.id}/tree").json()["root_steps"][0]
+    single = api.get(f"/api/traces/{trace.id}/steps/{root.id}").json()
+    event = api.get(f"/api/traces/{trace.id}/events").json()["events"][0]["step"]
+    window = api.get(f"/api/traces/{trace.id}/node/{root.id}").json()["step"]
+    for key in (
+        "step_id",
+        "trace_id",
+        "parent_id",
+        "seq",
+        "started_at",
+        "finished_at",
+        "cost",
+        "subtree_cost",
+        "subtree_tokens",
+        "children_count",
+        "data_preview",
+    ):
+        assert tree_root[key] == single[key] == event[key] == window[key], key
+    assert tree_root["started_at"].endswith("Z")
+    assert len(tree_root["started_at"]) == len("2026-01-01T00:00:00.000000Z")
+    assert tree_root["description"] == event["description"] == "d" * 199 + "…"
+    assert single["description"] == "d" * 250
+
+
+def test_tree_past_the_step_cap_asks_for_the_node_endpoint(api, user, monkeypatch):
+    monkeypatch.setattr("traces.api.TREE_MAX_STEPS", 5)
+    trace = make_trace(user)
+    build_tree(trace, depth=1, fanout=5)
+    body = assert_error(
+        api.get(f"/api/traces/{trace.id}/tree"),
+        HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+        "tree_too_large",
+    )
+    assert "node endpoint" in body["error"]["message"]
+    assert api.get(f"/api/traces/{trace.id}/tree?max_depth=1").status_code == HTTPStatus.OK

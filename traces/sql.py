@@ -1,0 +1,76 @@
+"""SQL expressions that let the database format skeleton columns, so reading 10,000 steps does
+not convert 20,000 timestamps and 30,000 UUIDs in Python only to turn them back into text.
+
+Each has a PostgreSQL and a SQLite form (the two databases DevAssist runs on)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import FloatField, Func, TextField
+from django.db.models.expressions import Expression
+
+
+class IsoTimestamp(Func):
+    """A timestamp as UTC ISO 8601 text with a ``Z``: microseconds on PostgreSQL,
+    milliseconds on SQLite (what it stores)."""
+
+    output_field = TextField()
+
+    def as_postgresql(self, compiler: Any, connection: Any, **extra: Any) -> Any:
+        return self.as_sql(
+            compiler,
+            connection,
+            template=(
+                "to_char(%(expressions)s AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')"
+            ),
+            **extra,
+        )
+
+    def as_sqlite(self, compiler: Any, connection: Any, **extra: Any) -> Any:
+        return self.as_sql(
+            compiler,
+            connection,
+            template="strftime('%%Y-%%m-%%dT%%H:%%M:%%fZ', %(expressions)s)",
+            **extra,
+        )
+
+
+class UuidText(Func):
+    """A UUID column as its canonical dashed text."""
+
+    output_field = TextField()
+
+    def as_postgresql(self, compiler: Any, connection: Any, **extra: Any) -> Any:
+        return self.as_sql(compiler, connection, template="(%(expressions)s)::text", **extra)
+
+    def as_sqlite(self, compiler: Any, connection: Any, **extra: Any) -> Any:
+        # Django keeps UUIDs in SQLite as 32 hex digits.
+        template = (
+            "(substr(%(expressions)s, 1, 8) || '-' || substr(%(expressions)s, 9, 4) || '-' || "
+            "substr(%(expressions)s, 13, 4) || '-' || substr(%(expressions)s, 17, 4) || '-' || "
+            "substr(%(expressions)s, 21, 12))"
+        )
+        return self.as_sql(compiler, connection, template=template, **extra)
+
+
+class AsFloat(Func):
+    """A decimal column as a float (costs only ever leave as JSON numbers)."""
+
+    output_field = FloatField()
+    template = "CAST(%(expressions)s AS DOUBLE PRECISION)"
+
+    def as_sqlite(self, compiler: Any, connection: Any, **extra: Any) -> Any:
+        return self.as_sql(compiler, connection, template="CAST(%(expressions)s AS REAL)", **extra)
+
+
+class Prefix(Func):
+    """The first ``length`` characters of a text column."""
+
+    function = "SUBSTR"
+    output_field = TextField()
+
+    def __init__(self, expression: Expression | str, length: int) -> None:
+        from django.db.models import Value
+
+        super().__init__(expression, Value(1), Value(length))
