@@ -24,6 +24,7 @@ import struct
 import threading
 import time
 import uuid
+import weakref
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -146,9 +147,10 @@ class DockerSandbox:
             self._thread = threading.Thread(target=self._maintain, name="sandbox-pool", daemon=True)
         self.reap_orphans()
         self._thread.start()
-        atexit.register(self.close)
+        _started.add(self)
 
     def close(self) -> None:
+        _started.discard(self)
         self._stop.set()
         self._wake.set()
         thread = self._thread
@@ -424,6 +426,17 @@ class DockerSandbox:
         if removed:
             logger.info("sandbox_orphans_reaped", count=removed)
         return removed
+
+
+#: Backends with a pool running, so that process exit (and the test session) can close them all.
+_started: weakref.WeakSet[DockerSandbox] = weakref.WeakSet()
+
+
+@atexit.register
+def close_all() -> None:
+    """Close every started backend: their idle pool containers are removed."""
+    for backend in list(_started):
+        backend.close()
 
 
 def _pid_alive(pid: str | None) -> bool:

@@ -1,0 +1,186 @@
+"""Running untrusted code: the safety scan, the sandbox, and the trace that records the call."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import uuid
+from dataclasses import dataclass
+from functools import lru_cache
+from http import HTTPStatus
+from typing import Any
+
+import structlog
+from asgiref.sync import sync_to_async
+from django.conf import settings
+
+from devassist.errors import ApiError, BadRequest, PayloadTooLarge
+from sandbox.backends import get_sandbox
+from sandbox.backends.base import ExecResult, SandboxUnavailable
+from sandbox.scanner import DEFAULT_POLICY, ScanPolicy, ScanReport, scan
+from traces.models import StepStatus, TraceMode, TraceStatus
+from traces.store import StepCreate, get_trace_store
+
+logger = structlog.get_logger(__name__)
+
+
+class SandboxCodeBlocked(BadRequest):
+    code = "sandbox_code_blocked"
+
+
+class SandboxCodeTooLarge(PayloadTooLarge):
+    code = "sandbox_code_too_large"
+
+
+class DockerNotAvailable(ApiError):
+    status = HTTPStatus.SERVICE_UNAVAILABLE
+    code = "docker_not_available"
+
+
+@dataclass(frozen=True)
+class Execution:
+    result: ExecResult
+    report: ScanReport
+    trace_id: uuid.UUID
+
+
+@lru_cache(maxsize=1)
+def scan_policy() -> ScanPolicy:
+    """The default policy with ``settings.SANDBOX_SCAN_POLICY`` applied (checked once)."""
+    return DEFAULT_POLICY.with_overrides(settings.SANDBOX_SCAN_POLICY)
+
+
+def code_size_check(code: str) -> None:
+    """Refuse code over the scan policy's size limit (413) before anything else happens."""
+    limit = scan_policy().max_code_bytes
+    size = len(code.encode("utf-8", errors="surrogatepass"))
+    if size > limit:
+        raise SandboxCodeTooLarge(
+            f"Code is {size:,} bytes; the sandbox takes at most {limit:,}.",
+            details={"max_bytes": limit, "bytes": size},
+        )
+
+
+async def run_scanned(
+    *, code: str, timeout_s: float, cancel: threading.Event | None = None
+) -> tuple[ScanReport, ExecResult | None]:
+    """Scan, then run unless blocked: ``(report, None)`` for blocked code. Raises
+    ``SandboxUnavailable``. Cancelling the awaiting task stops the container too."""
+    report = scan(code, scan_policy())
+    if report.blocked:
+        return report, None
+    backend = get_sandbox()
+    cancel = cancel or threading.Event()
+    try:
+        result = await sync_to_async(_run, thread_sensitive=False)(
+            backend, code=code, timeout_s=timeout_s, cancel=cancel
+        )
+    except asyncio.CancelledError:
+        cancel.set()
+        raise
+    return report, result
+
+
+def _run(backend: Any, *, code: str, timeout_s: float, cancel: threading.Event) -> ExecResult:
+    backend.start()
+    return backend.run(code=code, timeout_s=timeout_s, cancel=cancel)
+
+
+async def code_execute(*, user: Any, code: str, timeout_s: float) -> Execution:
+    """Run ``code`` for ``user`` through the scan and the sandbox, recorded as a ``call``
+    trace (goal → action ``execute_code`` → result). Raises ``SandboxCodeTooLarge``,
+    ``SandboxCodeBlocked`` (with the report in ``details``) and ``DockerNotAvailable``; the
+    trace records those failures too."""
+    code_size_check(code)
+    store = get_trace_store()
+    first_line = next((line for line in code.splitlines() if line.strip()), "")[:200]
+    trace = await store.create_trace(
+        user=user, task=f"execute_code: {first_line}", mode=TraceMode.CALL, agent_type="sandbox"
+    )
+    goal = StepCreate(step_type="goal", name="execute_code", status=StepStatus.RUNNING)
+    action = StepCreate(
+        step_type="action",
+        parent_id=goal.id,
+        name="execute_code",
+        status=StepStatus.RUNNING,
+        data={"tool_name": "execute_code", "arguments": {"code": code, "timeout_s": timeout_s}},
+    )
+    await store.add_steps(trace.id, [goal, action])
+    try:
+        report, result = await run_scanned(code=code, timeout_s=timeout_s)
+    except SandboxUnavailable as exc:
+        await _finish(trace.id, goal, action, error=str(exc), data={"hint": exc.hint})
+        raise DockerNotAvailable(
+            str(exc), details={"hint": exc.hint, "trace_id": str(trace.id)}
+        ) from exc
+    except BaseException as exc:
+        await asyncio.shield(
+            _finish(trace.id, goal, action, error=f"{type(exc).__name__}: {exc}", data={})
+        )
+        raise
+    if result is None:
+        await _finish(trace.id, goal, action, error=report.text, data={"safety": report.to_dict()})
+        raise SandboxCodeBlocked(
+            report.text, details={**report.to_dict(), "trace_id": str(trace.id)}
+        )
+    failed = result.timed_out or result.oom_killed or result.cancelled or result.exit_code != 0
+    await _finish(
+        trace.id,
+        goal,
+        action,
+        error=_failure(result) if failed else "",
+        data={**result.to_dict(), "safety": report.to_dict()},
+        duration_ms=result.duration_ms,
+        trace_status=TraceStatus.CANCELLED if result.cancelled else TraceStatus.COMPLETED,
+    )
+    logger.info(
+        "code_executed",
+        trace_id=str(trace.id),
+        exit_code=result.exit_code,
+        timed_out=result.timed_out,
+        duration_ms=result.duration_ms,
+    )
+    return Execution(result=result, report=report, trace_id=trace.id)
+
+
+def _failure(result: ExecResult) -> str:
+    if result.timed_out:
+        return "timed out"
+    if result.oom_killed:
+        return "killed: out of memory"
+    if result.cancelled:
+        return "cancelled"
+    return f"exit code {result.exit_code}"
+
+
+async def _finish(
+    trace_id: uuid.UUID,
+    goal: StepCreate,
+    action: StepCreate,
+    *,
+    error: str,
+    data: dict[str, Any],
+    duration_ms: int | None = None,
+    trace_status: str | None = None,
+) -> None:
+    store = get_trace_store()
+    status = StepStatus.FAILED if error else StepStatus.COMPLETED
+    await store.add_step(
+        trace_id,
+        StepCreate(
+            step_type="result",
+            parent_id=action.id,
+            name="execute_code",
+            status=status,
+            error=error,
+            data=data,
+            duration_ms=duration_ms,
+        ),
+    )
+    changes: dict[str, Any] = {"status": status}
+    if duration_ms is not None:
+        changes["duration_ms"] = duration_ms
+    await store.update_step(trace_id, action.id, changes)
+    await store.update_step(trace_id, goal.id, {"status": status})
+    final = trace_status or (TraceStatus.FAILED if error else TraceStatus.COMPLETED)
+    await store.complete_trace(trace_id, status=final)
