@@ -492,7 +492,7 @@ def response_parts(bench: BenchTrace, label: str, repeat: int, profile: bool) ->
         store_part = "store._get_subtree"
 
         def load() -> dict[str, Any]:
-            window = store._get_subtree(trace, bench.wide_step_id, 1, 0, 100, False)
+            window = store._get_subtree(trace.id, bench.wide_step_id, None, 1, 0, 100, False)
             return {
                 "step": window.step,
                 "children": window.children,

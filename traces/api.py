@@ -199,10 +199,10 @@ async def trace_node(
     """A step (``root`` or ``null`` for the top level) with a window of its children, nested
     ``max_depth`` levels; one query per level."""
     node_id = _parse_node_id(step_id)
-    trace = await _visible_trace(request, trace_id)
     window = await get_trace_store().get_subtree(
-        trace,
+        trace_id,
         node_id,
+        viewer=api_user(request),
         max_depth=query.max_depth,
         offset=query.offset,
         limit=query.limit,

@@ -7,13 +7,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db.models import FloatField, Func, TextField
+from django.db.models import FloatField, Func, TextField, Value
 from django.db.models.expressions import Expression
 
 
 class IsoTimestamp(Func):
-    """A timestamp as UTC ISO 8601 text with a ``Z``: microseconds on PostgreSQL,
-    milliseconds on SQLite (what it stores)."""
+    """A timestamp as UTC ISO 8601 text with microseconds and a ``Z``."""
 
     output_field = TextField()
 
@@ -28,12 +27,13 @@ class IsoTimestamp(Func):
         )
 
     def as_sqlite(self, compiler: Any, connection: Any, **extra: Any) -> Any:
-        return self.as_sql(
-            compiler,
-            connection,
-            template="strftime('%%Y-%%m-%%dT%%H:%%M:%%fZ', %(expressions)s)",
-            **extra,
+        # Django keeps UTC timestamps in SQLite as "YYYY-MM-DD HH:MM:SS[.ffffff]". (No
+        # strftime: its %-format would meet the %-formatting of SQLite's cursor wrapper.)
+        template = (
+            "(replace(CASE WHEN length(%(expressions)s) = 19 "
+            "THEN %(expressions)s || '.000000' ELSE %(expressions)s END, ' ', 'T') || 'Z')"
         )
+        return self.as_sql(compiler, connection, template=template, **extra)
 
 
 class UuidText(Func):
@@ -71,6 +71,4 @@ class Prefix(Func):
     output_field = TextField()
 
     def __init__(self, expression: Expression | str, length: int) -> None:
-        from django.db.models import Value
-
         super().__init__(expression, Value(1), Value(length))

@@ -67,3 +67,39 @@ def test_embedded_default_demo_user_can_log_in(embedded_server: tuple[str, Path,
 
     assert home.status_code == HTTPStatus.OK
     assert "demo" in home.text
+
+
+def test_embedded_default_serves_the_trace_api_on_sqlite(
+    embedded_server: tuple[str, Path, str],
+) -> None:
+    """The trace reads format ids and timestamps in SQL; SQLite has its own forms of those."""
+    base_url, var_dir, _ = embedded_server
+    env = {"DEVASSIST_VAR_DIR": str(var_dir), "DEBUG": "1", "LOG_LEVEL": "WARNING"}
+    token = manage(env, "create_api_token", "demo").strip()
+    root_id = "00000000-0000-4000-8000-000000000001"
+    with httpx.Client(
+        base_url=base_url, headers={"Authorization": f"Bearer {token}"}, timeout=10
+    ) as api:
+        trace = api.post("/api/traces", json={"task": "sqlite"}).json()
+        steps_url = f"/api/traces/{trace['trace_id']}/steps"
+        added = api.post(
+            steps_url,
+            json=[
+                {"id": root_id, "step_type": "goal", "cost": 0.5},
+                {"parent_id": root_id, "step_type": "thought", "tokens": 7},
+            ],
+        )
+        assert added.status_code == HTTPStatus.CREATED, added.text
+        tree = api.get(f"/api/traces/{trace['trace_id']}/tree").json()
+        top = api.get(f"/api/traces/{trace['trace_id']}/node/root").json()
+        node = api.get(f"/api/traces/{trace['trace_id']}/node/{root_id}").json()
+        single = api.get(f"/api/traces/{trace['trace_id']}/steps/{root_id}").json()
+
+    (root,) = tree["root_steps"]
+    assert root["step_id"] == top["children"][0]["step_id"] == node["step"]["step_id"] == root_id
+    assert root["subtree_tokens"] == 7
+    assert root["cost"] == 0.5
+    assert root["started_at"].endswith("Z")
+    assert root["started_at"] == single["started_at"]
+    assert node["children"][0]["parent_id"] == root_id
+    assert node["total_children"] == 1

@@ -259,6 +259,13 @@ def test_users_see_their_own_traces_and_staff_see_all(api, other_api, staff_api,
     assert_error(
         api.get(f"/api/traces/{theirs.id}/events"), HTTPStatus.NOT_FOUND, "trace_not_found"
     )
+    their_root = add(theirs, step("goal"))[0]
+    for url in (
+        f"/api/traces/{theirs.id}/node/root",
+        f"/api/traces/{theirs.id}/node/{their_root.id}",
+    ):
+        assert_error(api.get(url), HTTPStatus.NOT_FOUND, "trace_not_found")
+    assert staff_api.get(f"/api/traces/{theirs.id}/node/{their_root.id}").status_code == 200
     assert_error(
         post(api, f"/api/traces/{theirs.id}/steps", {"step_type": "goal"}),
         HTTPStatus.NOT_FOUND,
@@ -441,10 +448,11 @@ def test_node_endpoint_uses_one_query_per_level(user, depth, django_assert_num_q
     root = Step.objects.get(trace=trace, depth=0)
     client = token_client(user)
     _warm(client)
-    # auth + trace + the node + one per level
-    with django_assert_num_queries(3 + depth):
+    # auth + the node (with the access check) + one per level
+    with django_assert_num_queries(2 + depth):
         body = client.get(f"/api/traces/{trace.id}/node/{root.id}?max_depth={depth}").json()
     assert len(body["children"]) == 3
+    # auth + the trace's root count (with the access check) + one per level
     with django_assert_num_queries(2 + depth):
         client.get(f"/api/traces/{trace.id}/node/root?max_depth={depth}")
 

@@ -227,7 +227,7 @@ def test_subtree_windows_children_per_level(user):
     build_tree(trace, depth=3, fanout=4)
     root = Step.objects.get(trace=trace, depth=0)
 
-    window = async_to_sync(store.get_subtree)(trace, root.id, max_depth=2, offset=1, limit=2)
+    window = async_to_sync(store.get_subtree)(trace.id, root.id, max_depth=2, offset=1, limit=2)
     assert window.step is not None
     assert window.step["step_id"] == str(root.id)
     assert window.total_children == 4
@@ -238,7 +238,7 @@ def test_subtree_windows_children_per_level(user):
         assert all(g["children"] == [] for g in child["children"])
 
     trace.refresh_from_db()
-    top = async_to_sync(store.get_subtree)(trace, None, max_depth=1)
+    top = async_to_sync(store.get_subtree)(trace.id, None, max_depth=1)
     assert top.step is None
     assert top.total_children == 1
     assert top.next_offset is None
