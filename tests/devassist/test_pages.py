@@ -136,3 +136,25 @@ def test_api_is_not_redirected_to_the_login_page(client: Client) -> None:
 
     assert response.status_code == HTTPStatus.UNAUTHORIZED
     assert "Location" not in response
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_security_headers_under_asgi() -> None:
+    """Security, common and clickjacking middleware run in the event loop under ASGI; their
+    headers and redirects must be what Django's own give."""
+    import httpx
+
+    from devassist.asgi import application
+
+    transport = httpx.ASGITransport(app=application)
+    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
+        page = await client.get("/login/")
+        assert page.status_code == HTTPStatus.OK
+        assert page.headers["X-Frame-Options"] == "DENY"
+        assert page.headers["X-Content-Type-Options"] == "nosniff"
+        assert page.headers["Referrer-Policy"] == "same-origin"
+        assert "X-Request-ID" in page.headers
+        # CommonMiddleware's APPEND_SLASH
+        redirect = await client.get("/login")
+        assert redirect.status_code == HTTPStatus.MOVED_PERMANENTLY
+        assert redirect.headers["Location"] == "/login/"
