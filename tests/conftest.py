@@ -84,7 +84,8 @@ def _no_sandbox_container_outlives_the_session() -> Iterator[None]:
         return
     client = docker_client(timeout_s=10)
     try:
-        left = [c.name for c in client.containers.list(all=True, filters={"label": LABEL})]
+        listed = client.api.containers(all=True, filters={"label": LABEL})
+        left = [entry["Names"][0] for entry in listed]
     finally:
         client.close()
     assert left == [], f"sandbox containers left behind: {left}"

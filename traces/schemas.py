@@ -82,6 +82,11 @@ class StepIn(InputSchema):
 
     _cost = field_validator("cost", mode="before")(_quantized_cost)
 
+    @field_validator("data")
+    @classmethod
+    def _null_data_is_empty(cls, value: Any) -> Any:
+        return {} if value is None else value
+
 
 class StepPatch(InputSchema):
     status: StepStatusName | None = None

@@ -137,6 +137,10 @@ UPDATABLE_STEP_FIELDS = frozenset(
 )
 
 
+#: Fields an update may not set to null (the texts take null as "").
+_NOT_NULL_STEP_FIELDS = frozenset({"status", "tokens", "cost", "data"})
+
+
 @dataclass(frozen=True)
 class AddedSteps:
     """The batch's steps in batch order (stored ones for re-sent ids) and how many are new."""
@@ -669,6 +673,9 @@ class OrmTraceStore:
             raise InvalidStep(f"These fields cannot be updated: {', '.join(sorted(unknown))}.")
         if not changes:
             raise InvalidStep("Nothing to update: send at least one field.")
+        nulls = sorted(n for n in _NOT_NULL_STEP_FIELDS if n in changes and changes[n] is None)
+        if nulls:
+            raise InvalidStep(f"These fields cannot be null: {', '.join(nulls)}.")
         if "status" in changes and changes["status"] not in StepStatus.values:
             raise InvalidStep(f"Unknown status {changes['status']!r}.")
         committed: list[dict[str, Any]] = []

@@ -403,7 +403,9 @@ class DockerSandbox:
         """Remove labelled containers past their deadline, and those of dead processes on this
         host. Returns how many were removed."""
         try:
-            containers = self.client().containers.list(all=True, filters={"label": LABEL})
+            client = self.client()
+            # The plain listing (ids and labels in one call): containers may vanish meanwhile.
+            listed = client.api.containers(all=True, filters={"label": LABEL})
         except (SandboxUnavailable, DockerException, OSError) as exc:
             logger.warning("sandbox_reap_failed", error=str(exc))
             return 0
@@ -411,17 +413,17 @@ class DockerSandbox:
             mine = {c.id for c, _ in self._idle}
         removed = 0
         now = time.time()
-        for container in containers:
-            if container.id in mine:
+        for entry in listed:
+            if entry["Id"] in mine:
                 continue
-            labels = container.labels
+            labels = entry.get("Labels") or {}
             try:
                 expired = int(labels.get(LABEL_EXPIRES, "0")) < now
             except ValueError:
                 expired = True
             orphaned = labels.get(LABEL_HOST) == _HOST and not _pid_alive(labels.get(LABEL_PID))
             if expired or orphaned:
-                self._remove(container)
+                self._remove(client.containers.prepare_model({"Id": entry["Id"]}))
                 removed += 1
         if removed:
             logger.info("sandbox_orphans_reaped", count=removed)

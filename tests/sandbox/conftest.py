@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from sandbox.backends.docker import LABEL, DockerSandbox
+from sandbox.backends.docker import DockerSandbox
 from sandbox.engine import docker_client
 from sandbox.health import docker_status
 from tests.conftest import require
@@ -25,14 +25,6 @@ def engine_and_image() -> str:
         client.close()
     require(present, f"the sandbox image {ref} is missing: run `manage.py sandbox_image build`")
     return ref
-
-
-def labelled_containers() -> list[str]:
-    client = docker_client(timeout_s=10)
-    try:
-        return [c.name for c in client.containers.list(all=True, filters={"label": LABEL})]
-    finally:
-        client.close()
 
 
 @pytest.fixture(scope="session")

@@ -139,8 +139,8 @@ def test_runaway_code_times_out_and_the_container_is_gone(cold_sandbox, code):
 def exec_containers() -> list[str]:
     client = docker_client(timeout_s=10)
     try:
-        found = client.containers.list(all=True, filters={"label": "org.devassist.role=exec"})
-        return [c.name for c in found]
+        found = client.api.containers(all=True, filters={"label": "org.devassist.role=exec"})
+        return [entry["Id"] for entry in found]
     finally:
         client.close()
 
@@ -285,7 +285,7 @@ def test_orphans_of_dead_processes_are_reaped(sandbox, sandbox_image):
         )
         expired = client.containers.create(sandbox_image, command=["true"], labels=expired_labels)
         assert sandbox.reap_orphans() >= 2
-        names = {c.id for c in client.containers.list(all=True)}
+        names = {entry["Id"] for entry in client.api.containers(all=True)}
         assert twin.id not in names
         assert expired.id not in names
     finally:

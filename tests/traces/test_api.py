@@ -539,3 +539,21 @@ def test_tree_past_the_step_cap_asks_for_the_node_endpoint(api, user, monkeypatc
     )
     assert "node endpoint" in body["error"]["message"]
     assert api.get(f"/api/traces/{trace.id}/tree?max_depth=1").status_code == HTTPStatus.OK
+
+
+@pytest.mark.parametrize("field", ["tokens", "cost", "status", "data"])
+def test_nulling_a_required_step_field_is_400(api, user, field):
+    trace = make_trace(user)
+    root = add(trace, step("goal"))[0]
+    response = patch(api, f"/api/traces/{trace.id}/steps/{root.id}", {field: None})
+    assert_error(response, HTTPStatus.BAD_REQUEST, "invalid_step")
+
+
+def test_null_texts_and_data_are_empty(api, user):
+    trace = make_trace(user)
+    created = post(api, f"/api/traces/{trace.id}/steps", {"step_type": "goal", "data": None})
+    step_id = created.json()["steps"][0]["step_id"]
+    assert api.get(f"/api/traces/{trace.id}/steps/{step_id}").json()["data"] == {}
+    cleared = patch(api, f"/api/traces/{trace.id}/steps/{step_id}", {"error": None, "name": None})
+    assert cleared.status_code == HTTPStatus.OK
+    assert (cleared.json()["error"], cleared.json()["name"]) == ("", "")
