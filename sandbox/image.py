@@ -350,16 +350,21 @@ def registry_reachable(*, image: str, timeout_s: float = REGISTRY_PROBE_TIMEOUT_
     return True
 
 
-def _python_version(client: DockerClient, ref: str) -> str:
+def _run_python(client: DockerClient, ref: str, code: str) -> str:
+    """What ``python3 -I -c code`` prints in a throwaway container of ``ref`` (no network)."""
     output = client.containers.run(
         ref,
-        ["python3", "-I", "-c", "import sys; print('%d.%d.%d' % sys.version_info[:3])"],
+        ["python3", "-I", "-c", code],
         network_disabled=True,
         remove=True,
         stdout=True,
         stderr=True,
     )
     return bytes(output).decode(errors="replace").strip()
+
+
+def _python_version(client: DockerClient, ref: str) -> str:
+    return _run_python(client, ref, "import sys; print('%d.%d.%d' % sys.version_info[:3])")
 
 
 # Status
@@ -749,15 +754,7 @@ def _verified(client: DockerClient, ref: str, progress: Progress) -> Image:
     except ImageNotFound as exc:
         raise ImageError(f"the build finished but {ref} is not there") from exc
     try:
-        output = client.containers.run(
-            ref,
-            ["python3", "-I", "-c", "print(1+1)"],
-            network_disabled=True,
-            remove=True,
-            stdout=True,
-            stderr=True,
-        )
-        answer = bytes(output).decode(errors="replace").strip()
+        answer = _run_python(client, ref, "print(1+1)")
     except (DockerException, OSError) as exc:
         answer = _short(exc)
     if answer != "2":

@@ -6,7 +6,9 @@ These call the backend directly, without the AST scan in front: the container is
 from __future__ import annotations
 
 import ast
+import contextlib
 import os
+import socket
 import threading
 import time
 
@@ -35,9 +37,17 @@ def test_unicode_round_trips(sandbox):
     assert result.stdout == "写一个 ✓\n"
 
 
+def host_addresses() -> list[tuple[str, int]]:
+    """This machine as the container would reach it: the bridge gateway and its own address."""
+    addresses = [("172.17.0.1", 2375), ("172.17.0.1", 5432)]
+    with contextlib.suppress(OSError):
+        addresses.append((socket.gethostbyname(socket.gethostname()), 5432))
+    return addresses
+
+
 @pytest.mark.parametrize(
     "address",
-    [("1.1.1.1", 53), ("169.254.169.254", 80), ("172.17.0.1", 2375), ("127.0.0.1", 5432)],
+    [("1.1.1.1", 53), ("169.254.169.254", 80), ("127.0.0.1", 5432), *host_addresses()],
 )
 def test_no_network_egress(sandbox, address):
     host, port = address
