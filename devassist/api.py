@@ -25,7 +25,8 @@ api = NinjaAPI(
     urls_namespace="api",
     auth=api_auth,
     renderer=OrjsonRenderer(),
-    docs_url="/docs",
+    docs_url="/api/docs",
+    openapi_url="/api/openapi.json",
     # The docs and the OpenAPI schema are pages: anonymous visitors go to the login page.
     docs_decorator=login_required,
 )
@@ -104,5 +105,8 @@ def _unhandled(request: HttpRequest, exc: Exception) -> HttpResponse:
     )
 
 
-api.add_router("/traces", "traces.api.router")
-api.add_router("/sandbox", "sandbox.api.router")
+api.add_router("/api/traces", "traces.api.router")
+api.add_router("/api/sandbox", "sandbox.api.router")
+api.add_router("/agent", "agent.api.agent_router")
+api.add_router("/api/runs", "agent.api.runs_router")
+api.add_router("/admin/agent-traces", "agent.api.staff_router")

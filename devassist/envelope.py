@@ -52,8 +52,19 @@ def error_response(
     )
 
 
+#: Where the API lives: answers are JSON, errors the envelope, and authentication is the API's
+#: own (session with CSRF, or a bearer token) instead of the login page.
+API_PREFIXES = ("/api/", "/agent", "/admin/agent-traces")
+
+
 def is_api_path(request: HttpRequest) -> bool:
-    return request.path_info.startswith("/api/")
+    path = request.path_info
+    return any(
+        path.startswith(prefix)
+        if prefix.endswith("/")
+        else path == prefix or path.startswith(prefix + "/")
+        for prefix in API_PREFIXES
+    )
 
 
 def enveloped(request: HttpRequest, response: HttpResponse) -> HttpResponse:

@@ -20,11 +20,14 @@ class ApiError(Exception):
         *,
         code: str | None = None,
         details: dict[str, Any] | None = None,
+        status: int | None = None,
     ) -> None:
         super().__init__(message)
         self.message = message
         if code is not None:
             self.code = code
+        if status is not None:
+            self.status = HTTPStatus(status)
         self.details = details or {}
 
 

@@ -15,7 +15,7 @@ from django.middleware import clickjacking as django_clickjacking
 from django.middleware import common as django_common
 from django.middleware import security as django_security
 
-from devassist.envelope import enveloped
+from devassist.envelope import enveloped, is_api_path
 
 REQUEST_ID_HEADER = "X-Request-ID"
 _VALID_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
@@ -82,7 +82,7 @@ class LoginRequiredMiddleware(DjangoLoginRequired):
         view_args: tuple[Any, ...],
         view_kwargs: dict[str, Any],
     ) -> HttpResponseBase | None:
-        if request.path_info.startswith("/api/"):
+        if is_api_path(request):
             return None
         return super().process_view(request, view_func, view_args, view_kwargs)
 

@@ -45,6 +45,7 @@ INSTALLED_APPS = [
     "devassist",
     "traces",
     "sandbox",
+    "agent",
 ]
 
 MIDDLEWARE = [
@@ -178,6 +179,29 @@ SANDBOX_TIMEOUT_DEFAULT_S = 5
 SANDBOX_TIMEOUT_MAX_S = 60
 # Start the warm pool when the ASGI application loads, instead of at the first execution.
 SANDBOX_WARM_ON_START = env_bool("SANDBOX_WARM_ON_START", default=True)
+
+# The language model (only agent/llm/ talks to it). With no LLM_BASE_URL the offline provider
+# answers: deterministic, network-free, still speaking the ReAct protocol.
+LLM_BASE_URL = env_str("LLM_BASE_URL")
+LLM_API_KEY = env_str("LLM_API_KEY")
+LLM_MODEL = env_str("LLM_MODEL", "gpt-4o-mini" if LLM_BASE_URL else "offline")
+LLM = {
+    "BACKEND": env_str(
+        "LLM_BACKEND",
+        "agent.llm.openai_provider.OpenAIProvider"
+        if LLM_BASE_URL
+        else "agent.llm.offline.OfflineProvider",
+    ),
+    "OPTIONS": {
+        "base_url": LLM_BASE_URL,
+        "api_key": LLM_API_KEY,
+        "model": LLM_MODEL,
+        "timeout_s": env_float("LLM_TIMEOUT_S", 60.0),
+        "max_retries": env_int("LLM_MAX_RETRIES", 2),
+        "temperature": env_float("LLM_TEMPERATURE", 0.0),
+        "max_tokens": env_int("LLM_MAX_TOKENS", 1024),
+    },
+}
 
 LOG_FORMAT = env_str("LOG_FORMAT", "console" if DEBUG else "json")
 LOG_LEVEL = env_str("LOG_LEVEL", "INFO")

@@ -12,8 +12,10 @@ urlpatterns = [
     path("healthz", views.healthz, name="healthz"),
     path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    # The API first: its routes are exact, so the admin's catch-all below does not shadow
+    # /admin/agent-traces.
+    path("", api.urls),
     path("admin/", admin.site.urls),
-    path("api/", api.urls),
 ]
 
 handler404 = "devassist.views.api_not_found"

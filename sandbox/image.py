@@ -41,7 +41,8 @@ logger = structlog.get_logger(__name__)
 # Bump when the build recipe changes in a way the hashed inputs do not show (this module's
 # stripping or import steps), so every installation gets a fresh tag.
 RECIPE_VERSION = "1"
-BASE_PACKAGES = ("python3-minimal",)
+# The full standard library (json, decimal, statistics, sqlite3, ...), not just python3-minimal.
+BASE_PACKAGES = ("python3",)
 DOCKERFILE = Path(__file__).resolve().parent / "image" / "Dockerfile"
 APT_DIR = Path("/etc/apt")
 

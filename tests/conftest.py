@@ -14,6 +14,8 @@ from django.db import connections
 from django.test import Client
 
 from devassist.services import api_token_create
+from sandbox.engine import docker_client
+from sandbox.health import docker_status
 from traces.store import get_trace_store
 
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
@@ -26,6 +28,26 @@ def require(condition: bool, reason: str) -> None:
     if IN_CI:
         pytest.fail(f"CI=true and {reason}")
     pytest.skip(reason)
+
+
+def engine_and_image() -> str:
+    """The sandbox image ref; skips (fails under CI=true) without an engine or the image."""
+    require(docker_status()["ok"], "no Docker engine is reachable")
+    from sandbox.image import sandbox_image_ref
+
+    ref = sandbox_image_ref()
+    client = docker_client(timeout_s=10)
+    try:
+        present = bool(client.images.list(name=ref))
+    finally:
+        client.close()
+    require(present, f"the sandbox image {ref} is missing: run `manage.py sandbox_image build`")
+    return ref
+
+
+@pytest.fixture(scope="session")
+def sandbox_image() -> str:
+    return engine_and_image()
 
 
 @pytest.fixture

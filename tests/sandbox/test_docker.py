@@ -149,7 +149,8 @@ def test_runaway_code_times_out_and_the_container_is_gone(cold_sandbox, code):
 def exec_containers() -> list[str]:
     client = docker_client(timeout_s=10)
     try:
-        found = client.api.containers(all=True, filters={"label": "org.devassist.role=exec"})
+        labels = ["org.devassist.role=exec", f"org.devassist.pid={os.getpid()}"]
+        found = client.api.containers(all=True, filters={"label": labels})
         return [entry["Id"] for entry in found]
     finally:
         client.close()

@@ -226,7 +226,7 @@ def test_image_ref_follows_the_settings(settings: Any) -> None:
     assert re.fullmatch(r"devassist-sandbox:[0-9a-f]{12}", plain)
     assert with_curl != plain
     assert sandbox_image_ref() == "registry.example/sandbox:" + with_curl.split(":")[1]
-    assert image_recipe().packages == ("python3-minimal", "curl")
+    assert image_recipe().packages == ("python3", "curl")
 
 
 @pytest.mark.parametrize("name", ["bad;rm -rf /", "Upper", "-x", "a b"])

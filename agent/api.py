@@ -1,0 +1,161 @@
+"""The agent API: start runs, follow them over SSE, re-attach, cancel; staff run listings."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+from ninja import Field as NinjaField
+from ninja import Query, Router, Schema
+
+from agent.events import follow_run
+from agent.models import AgentRun, RunEvent, RunStatus
+from agent.runs import run_cancel, run_create, run_get, run_start
+from agent.schemas import AgentIn, AgentOut, RunListOut, RunOut, RunWithStepsOut
+from agent.sse import HEARTBEAT, frame, sse_response
+from devassist.auth import api_user
+from devassist.errors import ApiError, Forbidden
+
+agent_router = Router(tags=["agent"])
+runs_router = Router(tags=["agent"])
+staff_router = Router(tags=["agent"])
+
+_FAILURE_STATUS = {"agent_max_iterations": 408, "llm_unavailable": 502, "llm_timeout": 504}
+
+
+class StreamQuery(Schema):
+    stream: bool = False
+
+
+class EventsQuery(Schema):
+    after_seq: int = NinjaField(0, ge=0)
+
+
+class PageQuery(Schema):
+    limit: int = NinjaField(20, ge=1, le=100)
+    offset: int = NinjaField(0, ge=0)
+
+
+def run_dict(run: AgentRun) -> dict[str, Any]:
+    return {
+        "run_id": run.id,
+        "trace_id": run.trace_id,
+        "mode": run.mode,
+        "status": run.status,
+        "input": run.input,
+        "answer": run.output,
+        "error": run.error,
+        "error_code": run.error_code,
+        "tools": run.tools,
+        "model": run.model,
+        "created_at": run.created_at,
+        "started_at": run.started_at,
+        "first_output_at": run.first_output_at,
+        "finished_at": run.finished_at,
+    }
+
+
+async def step_events(run_ids: list[uuid.UUID]) -> dict[uuid.UUID, list[dict[str, Any]]]:
+    steps: dict[uuid.UUID, list[dict[str, Any]]] = {run_id: [] for run_id in run_ids}
+    qs = RunEvent.objects.filter(run_id__in=run_ids, type="step").order_by("run_id", "seq")
+    async for event in qs:
+        steps[event.run_id].append(event.payload)
+    return steps
+
+
+async def sse_frames(run_id: uuid.UUID, after_seq: int) -> AsyncIterator[bytes]:
+    async for item in follow_run(run_id, after_seq=after_seq):
+        yield HEARTBEAT if item is None else frame(*item)
+
+
+@agent_router.post("", response=AgentOut, url_name="agent")
+async def agent(
+    request: HttpRequest, payload: AgentIn, query: Query[StreamQuery]
+) -> HttpResponse | StreamingHttpResponse | dict[str, Any]:
+    """Run the agent on ``message``. ``stream=true`` answers with the SSE stream (``meta``,
+    ``step``s, ``delta``s, ``error``, ``done``); otherwise with the whole result once done. The
+    run goes on if the client goes away."""
+    run = await run_create(
+        user=api_user(request),
+        message=payload.message,
+        tools=payload.tools,
+        request_id=getattr(request, "request_id", ""),
+    )
+    task = run_start(run)
+    if query.stream:
+        return sse_response(sse_frames(run.id, 0))
+    await asyncio.shield(task)
+    run = await AgentRun.objects.aget(pk=run.id)
+    if run.status != RunStatus.COMPLETED:
+        cancelled = run.status == RunStatus.CANCELLED
+        raise ApiError(
+            run.error or f"Run {run.status}.",
+            code="run_cancelled" if cancelled else run.error_code or "internal_error",
+            status=409 if cancelled else _FAILURE_STATUS.get(run.error_code, 500),
+            details={"run_id": str(run.id), "trace_id": str(run.trace_id)},
+        )
+    steps = (await step_events([run.id]))[run.id]
+    return {"run_id": run.id, "trace_id": run.trace_id, "answer": run.output, "steps": steps}
+
+
+@runs_router.get("/{run_id}", response=RunOut, url_name="get_run")
+async def get_run(request: HttpRequest, run_id: uuid.UUID) -> dict[str, Any]:
+    return run_dict(await run_get(user=api_user(request), run_id=run_id))
+
+
+@runs_router.get("/{run_id}/events", url_name="run_events")
+async def run_events(
+    request: HttpRequest, run_id: uuid.UUID, query: Query[EventsQuery]
+) -> StreamingHttpResponse:
+    """Re-attach: the events after ``Last-Event-ID`` (or ``?after_seq=``) once, then live."""
+    run = await run_get(user=api_user(request), run_id=run_id)
+    after = query.after_seq
+    last_event_id = request.headers.get("Last-Event-ID", "")
+    if last_event_id.isdigit():
+        after = int(last_event_id)
+    return sse_response(sse_frames(run.id, after))
+
+
+@runs_router.post("/{run_id}/cancel", response=RunOut, url_name="cancel_run")
+async def cancel_run(request: HttpRequest, run_id: uuid.UUID) -> dict[str, Any]:
+    run = await run_get(user=api_user(request), run_id=run_id)
+    await run_cancel(run=run)
+    return run_dict(await AgentRun.objects.aget(pk=run.id))
+
+
+def _staff(request: HttpRequest) -> None:
+    if not api_user(request).is_staff:
+        raise Forbidden("Staff only.")
+
+
+@staff_router.get("", response=RunListOut, url_name="agent_traces")
+async def agent_traces(request: HttpRequest, page: Query[PageQuery]) -> dict[str, Any]:
+    """Runs newest first, with their flat steps (staff only)."""
+    _staff(request)
+    window = AgentRun.objects.order_by("-created_at", "-id")[
+        page.offset : page.offset + page.limit + 1
+    ]
+    runs = [run async for run in window]
+    more = len(runs) > page.limit
+    runs = runs[: page.limit]
+    steps = await step_events([run.id for run in runs])
+    return {
+        "runs": [{**run_dict(run), "steps": steps[run.id]} for run in runs],
+        "limit": page.limit,
+        "offset": page.offset,
+        "next_offset": page.offset + page.limit if more else None,
+    }
+
+
+@staff_router.get("/{run_id}", response=RunWithStepsOut, url_name="agent_trace")
+async def agent_trace(request: HttpRequest, run_id: uuid.UUID) -> dict[str, Any]:
+    _staff(request)
+    run = await AgentRun.objects.filter(pk=run_id).afirst()
+    if run is None:
+        from agent.runs import RunNotFound
+
+        raise RunNotFound(f"Run {run_id} does not exist.")
+    return {**run_dict(run), "steps": (await step_events([run.id]))[run.id]}

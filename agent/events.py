@@ -1,0 +1,135 @@
+"""A run's events: written to ``RunEvent`` (so re-attaching misses nothing), then broadcast to
+the channel group ``run.<id>``. The run's executor is their only writer."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import structlog
+from channels.layers import get_channel_layer
+
+from agent.models import AgentRun, RunEvent
+
+logger = structlog.get_logger(__name__)
+
+HEARTBEAT_S = 15.0
+#: Answer deltas are gathered for this long before they become one event (and one row).
+DELTA_FLUSH_S = 0.03
+REPLAY_PAGE = 500
+
+
+def run_group(run_id: uuid.UUID | str) -> str:
+    return f"run.{run_id}"
+
+
+class RunEvents:
+    """Emits a run's events in ``seq`` order: stored first, broadcast after."""
+
+    def __init__(self, run_id: uuid.UUID, *, last_seq: int = 0) -> None:
+        self.run_id = run_id
+        self.seq = last_seq
+        self._delta = ""
+        self._delta_since = 0.0
+
+    async def emit(self, type_: str, **payload: Any) -> dict[str, Any]:
+        if type_ != "delta":
+            await self.flush_delta()
+        return await self._emit(type_, payload)
+
+    async def _emit(self, type_: str, payload: dict[str, Any]) -> dict[str, Any]:
+        self.seq += 1
+        event = {"type": type_, **payload}
+        await RunEvent.objects.acreate(run_id=self.run_id, seq=self.seq, type=type_, payload=event)
+        layer = get_channel_layer()
+        if layer is not None:
+            try:
+                await layer.group_send(
+                    run_group(self.run_id), {"type": "run.event", "seq": self.seq, "event": event}
+                )
+            except Exception:
+                # Stored already: followers fill the gap from the log on the next event.
+                logger.exception("run_event_broadcast_failed", run_id=str(self.run_id))
+        return event
+
+    async def delta(self, text: str) -> None:
+        """Queue answer text; it leaves as one ``delta`` event per ~30 ms."""
+        if not text:
+            return
+        if not self._delta:
+            self._delta_since = time.monotonic()
+        self._delta += text
+        if time.monotonic() - self._delta_since >= DELTA_FLUSH_S:
+            await self.flush_delta()
+
+    async def flush_delta(self) -> None:
+        if self._delta:
+            text, self._delta = self._delta, ""
+            await self._emit("delta", {"content": text})
+
+
+async def logged_events(
+    run_id: uuid.UUID, after_seq: int, *, up_to: int | None = None
+) -> list[tuple[int, dict[str, Any]]]:
+    qs = RunEvent.objects.filter(run_id=run_id, seq__gt=after_seq).order_by("seq")
+    if up_to is not None:
+        qs = qs.filter(seq__lte=up_to)
+    return [(e.seq, e.payload) async for e in qs[:REPLAY_PAGE]]
+
+
+async def follow_run(
+    run_id: uuid.UUID, *, after_seq: int = 0, heartbeat_s: float = HEARTBEAT_S
+) -> AsyncIterator[tuple[int, dict[str, Any]] | None]:
+    """The run's events after ``after_seq``: the stored ones, then live ones, each once and in
+    order, ending with ``done``. Yields None when ``heartbeat_s`` passes without an event."""
+    layer = get_channel_layer()
+    channel = await layer.new_channel(prefix="run-follow.")
+    await layer.group_add(run_group(run_id), channel)
+    last = after_seq
+    try:
+        while True:  # the log first (joined the group before reading it: no gap)
+            page = await logged_events(run_id, last)
+            for seq, event in page:
+                yield seq, event
+                last = seq
+                if event["type"] == "done":
+                    return
+            if len(page) < REPLAY_PAGE:
+                break
+        while True:
+            try:
+                message = await asyncio.wait_for(layer.receive(channel), heartbeat_s)
+            except TimeoutError:
+                if await _finished_without_done(run_id, last):
+                    return
+                yield None
+                continue
+            if message.get("type") != "run.event":
+                continue
+            seq = message["seq"]
+            if seq <= last:
+                continue
+            if seq > last + 1:
+                for missed_seq, missed in await logged_events(run_id, last, up_to=seq - 1):
+                    yield missed_seq, missed
+                    last = missed_seq
+            yield seq, message["event"]
+            last = seq
+            if message["event"]["type"] == "done":
+                return
+    finally:
+        await layer.group_discard(run_group(run_id), channel)
+
+
+async def _finished_without_done(run_id: uuid.UUID, last: int) -> bool:
+    """A run whose executor died (a crashed worker) never sends ``done``; stop following it
+    once it is marked finished and its log holds nothing newer."""
+    run = await AgentRun.objects.filter(pk=run_id).only("status").afirst()
+    if run is None:
+        return True
+    return (
+        run.is_finished and not await RunEvent.objects.filter(run_id=run_id, seq__gt=last).aexists()
+    )

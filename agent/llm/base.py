@@ -1,0 +1,92 @@
+"""The LLM provider protocol: the one interface the agent uses to talk to a model."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from http import HTTPStatus
+from typing import Any, Literal, Protocol, TypedDict
+
+from devassist.errors import ApiError
+
+Role = Literal["system", "user", "assistant"]
+
+
+class ChatMessage(TypedDict):
+    role: Role
+    content: str
+
+
+@dataclass(frozen=True)
+class Usage:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+@dataclass(frozen=True)
+class LLMResponse:
+    """One completed model call. ``latency_ms`` is measured with a monotonic clock."""
+
+    content: str
+    model: str
+    usage: Usage = field(default_factory=Usage)
+    finish_reason: str | None = None
+    latency_ms: int = 0
+
+
+@dataclass(frozen=True)
+class LLMChunk:
+    """A streamed piece: ``delta`` text, and on the last chunk the whole ``response``."""
+
+    delta: str = ""
+    response: LLMResponse | None = None
+
+
+class LLMUnavailable(ApiError):
+    """The model endpoint failed (connection refused, 5xx, bad answer)."""
+
+    status = HTTPStatus.BAD_GATEWAY
+    code = "llm_unavailable"
+
+
+class LLMTimeout(ApiError):
+    """The model endpoint did not answer in time (after the retries)."""
+
+    status = HTTPStatus.GATEWAY_TIMEOUT
+    code = "llm_timeout"
+
+
+class LLMProvider(Protocol):
+    #: The model name runs are recorded with ("offline" for the offline provider).
+    model: str
+
+    async def complete(
+        self,
+        messages: Sequence[ChatMessage],
+        *,
+        stop: Sequence[str] | None = None,
+        cancel: threading.Event | None = None,
+    ) -> LLMResponse:
+        """One chat completion. Raises ``LLMUnavailable`` / ``LLMTimeout``; cancelling the
+        awaiting task (or setting ``cancel``) abandons the HTTP request."""
+        ...
+
+    def stream(
+        self,
+        messages: Sequence[ChatMessage],
+        *,
+        stop: Sequence[str] | None = None,
+        cancel: threading.Event | None = None,
+    ) -> AsyncIterator[LLMChunk]:
+        """The same call streamed: text deltas as the model produces them, then one last chunk
+        carrying the whole ``LLMResponse`` (content, usage when the server reports it)."""
+        ...
+
+    def describe(self) -> dict[str, Any]:
+        """What to show people about this provider: name, model, endpoint (never the key)."""
+        ...

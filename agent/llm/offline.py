@@ -1,0 +1,297 @@
+"""The offline provider: deterministic, network-free, and speaking the agent's ReAct protocol.
+
+It is what DevAssist answers with when no model is configured (``LLM_BASE_URL`` unset). It
+cannot understand anything, but it keeps the product usable and testable end to end:
+
+- a task with code to run (a fenced block, or the text after ``run:`` / ``execute:`` /
+  ``执行：``) gets ``Action: tool:execute_code`` with the code;
+- once an ``Observation:`` follows the task, it answers from it (the program's output, the
+  safety report, search results...);
+- anything else gets a final answer saying that no model is configured and what still works,
+  in Chinese when the task is written in Chinese.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import threading
+import time
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+from agent.llm.base import ChatMessage, LLMChunk, LLMResponse, Usage
+
+OBSERVATION_PREFIX = "Observation:"
+EXEC_TIMEOUT_S = 10
+#: Longest piece of tool output quoted in an answer.
+MAX_QUOTE_CHARS = 4000
+MAX_QUOTED_RESULTS = 3
+
+_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]")
+_FENCE = re.compile(r"```([^\n`]*)\n(.*?)```|```([^`\n]+)```", re.DOTALL)
+_PYTHON_FENCES = {"", "python", "py", "python3", "py3"}
+_MARKER = re.compile(r"(?:执行\s*[:：]|(?<![\w-])(?:execute|run)\s*:)", re.IGNORECASE)
+# Word-sized stream pieces: a run of non-space text, or one CJK character, with its trailing
+# space; leading whitespace on its own.
+_PIECES = re.compile(
+    r"[^\s\u3000-\u9fff\uac00-\ud7af\uff00-\uffef]+\s*|[\u3000-\u9fff\uac00-\ud7af\uff00-\uffef]\s*|\s+"
+)
+
+
+class OfflineProvider:
+    """``LLMProvider`` without a model. Accepts (and ignores) the shared LLM ``OPTIONS``."""
+
+    model = "offline"
+
+    def __init__(self, *, model: str = "offline", **unused: Any) -> None:
+        # The options are those of a real provider; none of them applies here, and the model
+        # name runs are recorded with stays "offline" whatever LLM_MODEL says.
+        del model, unused
+
+    def describe(self) -> dict[str, Any]:
+        return {"provider": "offline", "model": self.model}
+
+    async def complete(
+        self,
+        messages: Sequence[ChatMessage],
+        *,
+        stop: Sequence[str] | None = None,
+        cancel: threading.Event | None = None,
+    ) -> LLMResponse:
+        """The reply (see the module docstring), cut at the first stop sequence. Raises
+        ``asyncio.CancelledError`` when ``cancel`` is already set."""
+        started = time.monotonic()
+        _raise_if_cancelled(cancel)
+        content = _cut_at_stop(reply_for(messages), stop)
+        return LLMResponse(
+            content=content,
+            model=self.model,
+            usage=Usage(
+                prompt_tokens=_tokens("".join(m["content"] for m in messages)),
+                completion_tokens=_tokens(content),
+            ),
+            finish_reason="stop",
+            latency_ms=int((time.monotonic() - started) * 1000),
+        )
+
+    async def stream(
+        self,
+        messages: Sequence[ChatMessage],
+        *,
+        stop: Sequence[str] | None = None,
+        cancel: threading.Event | None = None,
+    ) -> AsyncIterator[LLMChunk]:
+        """``complete()``'s content in word-sized deltas, then the response. Raises
+        ``asyncio.CancelledError`` when ``cancel`` is set between pieces."""
+        response = await self.complete(messages, stop=stop, cancel=cancel)
+        for piece in _PIECES.findall(response.content):
+            await asyncio.sleep(0)
+            _raise_if_cancelled(cancel)
+            yield LLMChunk(delta=piece)
+        yield LLMChunk(response=response)
+
+
+def reply_for(messages: Sequence[ChatMessage]) -> str:
+    """The offline model's reply to a conversation, in the ReAct text protocol."""
+    task, observation = _task_and_observation(messages)
+    chinese = bool(_CJK.search(task))
+    if observation is not None:
+        thought, answer = _answer_from(observation, chinese=chinese)
+        return f"Thought: {thought}\nAction: final: {answer}"
+    code = extract_code(task)
+    if code:
+        args = json.dumps({"code": code, "timeout_s": EXEC_TIMEOUT_S}, ensure_ascii=False)
+        return (
+            "Thought: I will run the code with execute_code.\n"
+            f"Action: tool:execute_code\nargs: {args}"
+        )
+    return f"Thought: No language model is configured.\nAction: final: {_no_model(chinese)}"
+
+
+def extract_code(text: str) -> str | None:
+    """The code a message asks to run: the first Python (or untagged) fenced block, else what
+    follows ``执行：`` / ``execute:`` / ``run:`` (the fence inside it, if any). None if there
+    is none."""
+    fenced = _fenced_code(text)
+    if fenced:
+        return fenced
+    marker = _MARKER.search(text)
+    if marker is None:
+        return None
+    rest = text[marker.end() :].strip()
+    return (_fenced_code(rest) or rest) or None
+
+
+def _fenced_code(text: str) -> str | None:
+    for match in _FENCE.finditer(text):
+        if match.group(3) is not None:
+            code = match.group(3)
+        elif match.group(1).strip().lower() in _PYTHON_FENCES:
+            code = match.group(2)
+        else:
+            continue
+        if code.strip():
+            return code.strip("\n").rstrip()
+    return None
+
+
+def _task_and_observation(messages: Sequence[ChatMessage]) -> tuple[str, Any | None]:
+    """The latest user message that is not an observation, and the last observation after it
+    (its JSON decoded; the raw text when it is not JSON)."""
+    task = ""
+    observation: Any | None = None
+    for message in messages:
+        if message["role"] != "user":
+            continue
+        content = message["content"]
+        if content.lstrip().startswith(OBSERVATION_PREFIX):
+            raw = content.lstrip()[len(OBSERVATION_PREFIX) :].strip()
+            try:
+                observation = json.loads(raw)
+            except ValueError:
+                observation = raw
+        else:
+            task, observation = content, None
+    return task, observation
+
+
+def _answer_from(observation: Any, *, chinese: bool) -> tuple[str, str]:
+    """A thought and a final answer that report ``observation``."""
+    if isinstance(observation, dict):
+        report = _blocked_report(observation)
+        if report is not None:
+            return "The code was not run.", _t(
+                chinese,
+                f"安全检查拦截了这段代码，没有运行：\n{_block(report)}",
+                f"The safety check blocked the code, so it did not run:\n{_block(report)}",
+            )
+        if {"stdout", "stderr", "exit_code"} & observation.keys():
+            return "The code ran.", _execution_answer(observation, chinese=chinese)
+        results = observation.get("results")
+        if isinstance(results, list):
+            return "I have the search results.", _results_answer(results, chinese=chinese)
+        error = observation.get("error")
+        if error:
+            text = _error_text(error)
+            return "The tool failed.", _t(
+                chinese, f"工具调用失败：{text}", f"The tool failed: {text}"
+            )
+    if isinstance(observation, str):
+        text = _clip(observation)
+        return "I have the tool's result.", _t(
+            chinese, f"工具返回：\n{_block(text)}", f"The tool returned:\n{_block(text)}"
+        )
+    text = _clip(json.dumps(observation, ensure_ascii=False, indent=2))
+    return "I have the tool's result.", _t(
+        chinese,
+        f"工具返回：\n{_block(text, 'json')}",
+        f"The tool returned:\n{_block(text, 'json')}",
+    )
+
+
+def _blocked_report(observation: dict[str, Any]) -> str | None:
+    """The safety report's text when the observation says the code was blocked."""
+    safety = observation.get("safety")
+    safety_blocked = isinstance(safety, dict) and safety.get("blocked") is True
+    if observation.get("blocked") is not True and not safety_blocked:
+        error = observation.get("error")
+        if not (isinstance(error, dict) and error.get("code") == "sandbox_code_blocked"):
+            return None
+    for source in (safety, observation.get("report"), observation.get("error")):
+        if isinstance(source, dict):
+            source = source.get("text") or source.get("message")
+        if isinstance(source, str) and source.strip():
+            return _clip(source.strip())
+    return "Safety check BLOCKED."
+
+
+def _execution_answer(result: dict[str, Any], *, chinese: bool) -> str:
+    stdout = str(result.get("stdout") or "")
+    stderr = str(result.get("stderr") or "")
+    exit_code = result.get("exit_code")
+    parts: list[str] = []
+    if result.get("timed_out"):
+        parts.append(_t(chinese, "代码运行超时（timed out），已被终止。", "The code timed out."))
+    if result.get("cancelled"):
+        parts.append(_t(chinese, "运行已被取消。", "The run was cancelled."))
+    if stdout:
+        parts.append(_t(chinese, "代码输出：", "The code printed:") + "\n" + _block(_clip(stdout)))
+    elif not result.get("timed_out"):
+        parts.append(_t(chinese, "代码运行完毕，没有输出。", "The code ran and printed nothing."))
+    if stderr:
+        parts.append("stderr:\n" + _block(_clip(stderr)))
+    if isinstance(exit_code, int) and exit_code != 0:
+        parts.append(_t(chinese, f"退出码：{exit_code}。", f"It exited with code {exit_code}."))
+    if result.get("truncated"):
+        parts.append(_t(chinese, "（输出过长，已截断。）", "(The output was truncated.)"))
+    return "\n\n".join(parts)
+
+
+def _results_answer(results: list[Any], *, chinese: bool) -> str:
+    entries = [r for r in results if isinstance(r, dict)][:MAX_QUOTED_RESULTS]
+    if not entries:
+        return _t(chinese, "没有找到相关内容。", "Nothing relevant was found.")
+    quoted = []
+    for entry in entries:
+        content = _clip(str(entry.get("content") or "").strip(), MAX_QUOTE_CHARS // 4)
+        lines = "\n".join(f"> {line}" for line in content.splitlines() or [""])
+        source = entry.get("source") or _t(chinese, "未知来源", "unknown source")
+        quoted.append(f"{lines}\n({_t(chinese, '来源', 'source')}: {source})")
+    head = _t(chinese, "找到的相关内容：", "Here is what I found:")
+    return head + "\n\n" + "\n\n".join(quoted)
+
+
+def _no_model(chinese: bool) -> str:
+    if chinese:
+        return (
+            "尚未配置语言模型，所以我无法回答这个问题。请设置 LLM_BASE_URL（以及 LLM_MODEL，"
+            "需要时还有 LLM_API_KEY）指向一个兼容 OpenAI 的服务。在此之前我仍然可以运行代码："
+            "把 Python 代码放在 Markdown 代码块中，或写在“执行：”之后（也可以用 run: / execute:）。"
+        )
+    return (
+        "No language model is configured, so I cannot answer that. Set LLM_BASE_URL (plus "
+        "LLM_MODEL, and LLM_API_KEY if the endpoint needs one) to an OpenAI-compatible "
+        "endpoint. Until then I can still run code: put Python in a fenced code block, or after "
+        "`run:` / `execute:` / `执行：`."
+    )
+
+
+def _error_text(error: Any) -> str:
+    if isinstance(error, dict):
+        return str(error.get("message") or json.dumps(error, ensure_ascii=False))
+    return str(error)
+
+
+def _block(text: str, language: str = "") -> str:
+    """``text`` in a fence longer than any backtick run inside it."""
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}{language}\n{text.rstrip(chr(10))}\n{fence}"
+
+
+def _clip(text: str, limit: int = MAX_QUOTE_CHARS) -> str:
+    if len(text) <= limit:
+        return text
+    return text[:limit] + f"\n... ({len(text) - limit} more characters)"
+
+
+def _t(chinese: bool, zh: str, en: str) -> str:
+    return zh if chinese else en
+
+
+def _tokens(text: str) -> int:
+    return max(1, len(text) // 4)
+
+
+def _cut_at_stop(content: str, stop: Sequence[str] | None) -> str:
+    if isinstance(stop, str):
+        stop = [stop]
+    hits = [i for s in (stop or ()) if s and (i := content.find(s)) >= 0]
+    return content[: min(hits)] if hits else content
+
+
+def _raise_if_cancelled(cancel: threading.Event | None) -> None:
+    if cancel is not None and cancel.is_set():
+        raise asyncio.CancelledError("the LLM call was cancelled")

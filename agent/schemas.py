@@ -1,0 +1,66 @@
+"""Request and response schemas of the agent API."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from ninja import Field, Schema
+
+from devassist.schemas import InputSchema
+
+
+class AgentIn(InputSchema):
+    message: str = Field(..., max_length=100_000)
+    tools: list[str] | None = Field(None, description="Limit the run to these tools.")
+
+
+class StepEventOut(Schema):
+    type: str
+    step_index: int
+    step_id: str
+    thought: str
+    action_raw: str
+    tool_name: str | None
+    tool_args: dict[str, Any] | None
+    observation: str
+    error: str | None
+    started_at_ms: int
+    finished_at_ms: int
+    latency_ms: int
+
+
+class AgentOut(Schema):
+    run_id: uuid.UUID
+    trace_id: uuid.UUID | None
+    answer: str
+    steps: list[StepEventOut]
+
+
+class RunOut(Schema):
+    run_id: uuid.UUID
+    trace_id: uuid.UUID | None
+    mode: str
+    status: str
+    input: str
+    answer: str
+    error: str
+    error_code: str
+    tools: list[str]
+    model: str
+    created_at: datetime
+    started_at: datetime | None
+    first_output_at: datetime | None
+    finished_at: datetime | None
+
+
+class RunWithStepsOut(RunOut):
+    steps: list[StepEventOut]
+
+
+class RunListOut(Schema):
+    runs: list[RunWithStepsOut]
+    limit: int
+    offset: int
+    next_offset: int | None

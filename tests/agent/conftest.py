@@ -1,0 +1,32 @@
+"""Fixtures for agent tests: the scripted OpenAI-compatible server and a provider on it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from agent.llm.openai_provider import OpenAIProvider
+from tests.agent.fake_openai import FakeOpenAI
+
+TEST_API_KEY = "test-key"
+
+
+@pytest.fixture
+def fake_openai() -> Iterator[FakeOpenAI]:
+    """A real HTTP server on 127.0.0.1 answering chat completions from ``.script([...])``."""
+    with FakeOpenAI() as fake:
+        yield fake
+
+
+@pytest.fixture
+def openai_provider(fake_openai: FakeOpenAI) -> OpenAIProvider:
+    """``OpenAIProvider`` on ``fake_openai``, with short backoff delays so retries are quick."""
+    return OpenAIProvider(
+        base_url=fake_openai.base_url,
+        api_key=TEST_API_KEY,
+        model="fake-model",
+        timeout_s=5,
+        max_retries=2,
+        backoff_s=0.01,
+    )
