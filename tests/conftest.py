@@ -106,7 +106,10 @@ def _no_sandbox_container_outlives_the_session() -> Iterator[None]:
         return
     client = docker_client(timeout_s=10)
     try:
-        listed = client.api.containers(all=True, filters={"label": LABEL})
+        # In CI every container counts (the daphne subprocesses' too); on a shared development
+        # machine only this session's, since other sessions may be running.
+        labels = [LABEL] if IN_CI else [LABEL, f"org.devassist.pid={os.getpid()}"]
+        listed = client.api.containers(all=True, filters={"label": labels})
         left = [entry["Names"][0] for entry in listed]
     finally:
         client.close()

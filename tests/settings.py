@@ -12,9 +12,11 @@ os.environ.setdefault(
 os.environ.setdefault("DEVASSIST_VAR_DIR", tempfile.mkdtemp(prefix="devassist-test-var-"))
 os.environ.setdefault("LOG_FORMAT", "console")
 os.environ.setdefault("LOG_LEVEL", "WARNING")
-os.environ.pop("REDIS_URL", None)
+# The suite chooses its own services and model: the developer's environment must not leak in.
+for name in ("REDIS_URL", "LLM_BASE_URL", "LLM_BACKEND", "LLM_MODEL", "LLM_API_KEY"):
+    os.environ.pop(name, None)
 
-from devassist.settings import *  # noqa: F403
+from devassist.settings import *  # noqa: E402, F403
 
 SANDBOX_WARM_ON_START = False
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

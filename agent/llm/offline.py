@@ -22,6 +22,7 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from agent.llm.base import ChatMessage, LLMChunk, LLMResponse, Usage
+from agent.prompt import final_answer_prompt
 
 OBSERVATION_PREFIX = "Observation:"
 EXEC_TIMEOUT_S = 10
@@ -139,13 +140,17 @@ def _fenced_code(text: str) -> str | None:
 
 def _task_and_observation(messages: Sequence[ChatMessage]) -> tuple[str, Any | None]:
     """The latest user message that is not an observation, and the last observation after it
-    (its JSON decoded; the raw text when it is not JSON)."""
+    (its JSON decoded; the raw text when it is not JSON). The loop's "answer now" request is no
+    new task: the observations before it still count."""
     task = ""
     observation: Any | None = None
+    answer_now = final_answer_prompt()
     for message in messages:
         if message["role"] != "user":
             continue
         content = message["content"]
+        if content == answer_now:
+            continue
         if content.lstrip().startswith(OBSERVATION_PREFIX):
             raw = content.lstrip()[len(OBSERVATION_PREFIX) :].strip()
             try:

@@ -148,7 +148,7 @@ class OpenAIProvider:
                     yield LLMChunk(delta=rest)
             # Close the HTTP stream now: consumers often stop iterating at the response
             # without closing the generator, and the server may still be generating.
-            pass
+            await _cancel(pump)
             response = LLMResponse(
                 content=cutter.text,
                 model=state.model or self.model,

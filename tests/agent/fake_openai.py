@@ -51,8 +51,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import suppress
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -93,6 +92,7 @@ class FakeOpenAI:
 
     @property
     def remaining(self) -> int:
+        """How many scripted replies have not been used yet."""
         with self._lock:
             return len(self._replies)
 
@@ -137,12 +137,6 @@ class FakeOpenAI:
     def _disconnected(self) -> None:
         with self._lock:
             self.disconnects += 1
-
-
-@contextmanager
-def fake_openai_server() -> Iterator[FakeOpenAI]:
-    with FakeOpenAI() as fake:
-        yield fake
 
 
 class _Server(ThreadingHTTPServer):

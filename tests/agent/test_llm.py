@@ -269,6 +269,7 @@ async def test_two_server_errors_then_success_is_a_success_after_three_requests(
 
     assert response.content == "Thought: ok\nAction: final: ok"
     assert len(fake_openai.requests) == 3
+    assert fake_openai.remaining == 0
 
 
 async def test_server_errors_on_every_attempt_are_unavailable(
@@ -750,3 +751,18 @@ def test_get_llm_builds_the_configured_backend(fake_openai: FakeOpenAI) -> None:
         "base_url": fake_openai.base_url,
     }
     assert (llm.timeout_s, llm.max_retries, llm.temperature, llm.max_tokens) == (3.0, 1, 0.2, 256)
+
+
+async def test_offline_answers_the_answer_now_request_from_the_observations() -> None:
+    from agent.prompt import final_answer_prompt
+
+    observation = 'Observation: {"exit_code": 0, "stdout": "2\\n"}'
+    messages: list[ChatMessage] = [
+        {"role": "user", "content": "run: print(1+1)"},
+        {"role": "assistant", "content": "Action: tool:execute_code"},
+        {"role": "user", "content": observation},
+        {"role": "user", "content": final_answer_prompt()},
+    ]
+    response = await OfflineProvider().complete(messages)
+    assert "Action: final:" in response.content
+    assert "2" in response.content
