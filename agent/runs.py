@@ -4,6 +4,7 @@ connection, record every iteration as it happens, cancel it, and follow its even
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 import uuid
@@ -133,6 +134,8 @@ async def _execute(run: AgentRun, cancel: threading.Event) -> None:
         )
     finally:
         watcher.cancel()
+        with contextlib.suppress(BaseException):
+            await watcher  # retrieve its end, whatever the layer raised on the way out
         structlog.contextvars.unbind_contextvars("run_id", "trace_id")
 
 
@@ -216,8 +219,12 @@ class RunRecorder:
             duration_ms=response.latency_ms,
             started_at=datetime.fromtimestamp(iteration.started_at, tz=UTC),
         )
-        await self.store.add_step(self.run.trace_id, thought)
         iteration.handles["thought"] = thought.id
+        if parsed.action is not None:
+            # Written with its action in one transaction when the tool starts, a moment later.
+            iteration.handles["thought_step"] = thought
+            return
+        await self.store.add_step(self.run.trace_id, thought)
 
     async def tool_started(self, iteration: Iteration) -> None:
         assert self.run.trace_id is not None
@@ -228,7 +235,9 @@ class RunRecorder:
             status=StepStatus.RUNNING,
             data={"tool_name": iteration.tool_name, "arguments": iteration.tool_args},
         )
-        await self.store.add_step(self.run.trace_id, action)
+        await self.store.add_steps(
+            self.run.trace_id, [iteration.handles.pop("thought_step"), action]
+        )
         iteration.handles["action"] = action.id
         iteration.handles["action_started"] = asyncio.get_running_loop().time()
 
@@ -249,14 +258,11 @@ class RunRecorder:
                 "result_truncated": iteration.observation_truncated,
             },
         )
-        await self.store.add_step(self.run.trace_id, result)
+        updates = {}
         if "action" in iteration.handles:
             tool_ms = int((loop_time - iteration.handles["action_started"]) * 1000)
-            await self.store.update_step(
-                self.run.trace_id,
-                iteration.handles["action"],
-                {"status": status, "duration_ms": tool_ms},
-            )
+            updates[iteration.handles["action"]] = {"status": status, "duration_ms": tool_ms}
+        await self.store.add_steps(self.run.trace_id, [result], updates=updates)
         self.step_count += 1
         await self.events.emit(
             "step",

@@ -7,31 +7,34 @@ Run from the repository root::
 Every run is the real thing from ``run_create`` on: ``run_start`` and ``_execute``, ``run_react``,
 ``RunRecorder`` writing the trace through the trace store, ``RunEvents`` writing ``RunEvent`` rows
 and broadcasting on the channel layer (in-memory, or Redis with ``--redis`` / ``REDIS_URL``), and
-one subscriber following the run's group through ``agent.api.sse_frames``. Only two things are
-stand-ins: the tool registry holds one no-op tool, and the model answers from a script with no
-delay, ``--iterations + 1`` calls of the tool, then a final answer.
+one subscriber following the run's group through ``agent.api.sse_frames``. Two things stand in:
+the tool registry holds one no-op tool, and the model answers from a script with no delay (N
+calls of the tool, then a final answer).
 
 1. Per iteration: the time between the ends of consecutive ``RunRecorder.iteration_finished``
-   calls, ``--runs`` runs of ``--iterations`` intervals, with two models: ``ScriptedProvider``
-   below, in-process (the loop's own overhead, the figure for the target), and the real
-   ``OpenAIProvider`` against ``tests.agent.fake_openai.FakeOpenAI`` (a local HTTP server in a
-   thread of this process, so its round trip and its share of the GIL are in that figure).
-   Queries per iteration are counted; one ``sync_to_async`` ``SELECT 1`` is the baseline.
+   calls, in runs of ``--iterations`` intervals under a loop cap raised to let them happen, with
+   two models: ``ScriptedProvider`` below, in-process (``--runs`` runs: the loop's own overhead,
+   the figure for the target), and the real ``OpenAIProvider`` against
+   ``tests.agent.fake_openai.FakeOpenAI`` (``--http-runs`` runs; the server is a thread of this
+   process, so its HTTP round trip and its share of the GIL are in that figure). Queries per
+   iteration are counted; one ``sync_to_async`` ``SELECT 1`` is the baseline. One more run, with
+   timers around the loop's and the trace store's parts, shows where an iteration goes.
 2. Step to wire: from ``RunEvents.emit("step", ...)`` being called (the step is in the trace by
-   then) to the SSE frame of that step arriving at an HTTP client, through ``POST
-   /agent?stream=true`` on a real daphne server (this file with ``--serve``, a subprocess). Both
-   processes stamp with ``time.perf_counter()``, CLOCK_MONOTONIC on Linux, one clock for the
-   whole machine. httpx's ``ASGITransport`` hands over a response body only once it is complete,
-   so it cannot time this; the same path is also timed in-process up to the ASGI ``send`` of
-   the frame, which shows what the server and TCP add.
+   then) to the step's SSE frame reaching an HTTP client, through ``POST /agent?stream=true`` on
+   a real daphne server (this file with ``--serve``, a subprocess), ``--stream-runs`` runs of 9
+   steps, split into legs: the ``RunEvent`` row, the channel layer up to the frame made by
+   ``sse_frames``, then Django, daphne and TCP. Both processes stamp with
+   ``time.perf_counter()``, CLOCK_MONOTONIC on Linux, one clock for the whole machine. httpx's
+   ``ASGITransport`` hands a response body over only once it is complete, so it cannot time
+   this; the same path is timed in-process up to the ASGI ``send`` of the frame as well.
 
-Prints p50/p95, a breakdown of one in-process iteration, PASS/FAIL for the targets (iteration
-p50 under 15 ms, step to wire p50 under 5 ms) and, with ``--profile``, a cProfile of one run.
-The exit code is 0 whatever the verdicts.
+Prints p50/p95, the parts of an iteration, PASS/FAIL for the targets (iteration p50 under 15 ms
+with the in-process model, step to wire p50 under 5 ms) and, with ``--profile``, a cProfile of
+one run. The exit code is 0 whatever the verdicts.
 
 PostgreSQL comes from ``BENCH_DATABASE_URL`` (default
 ``postgres://postgres@127.0.0.1:5432/devassist_agent_bench``); the database is created when
-missing and migrated, and the runs of earlier benchmark runs are deleted first.
+missing and migrated, and the benchmark user's runs and traces from earlier runs are deleted.
 """
 
 from __future__ import annotations
@@ -77,6 +80,7 @@ EMITS_PATH = "/__bench__/emits"
 
 #: ``_execute`` runs with ``LoopConfig()``, at most 10 iterations: 9 tool calls and the answer.
 STREAM_TOOL_CALLS = 9
+WARMUP_TOOL_CALLS = 10
 RUN_TIMEOUT_S = 60.0
 
 TARGET_ITERATION_P50_MS = 15.0
@@ -101,12 +105,20 @@ def scripted_reply(index: int, tool_calls: int) -> str:
     return f"Thought: done.\nAction: final: {tool_calls} no-op calls made."
 
 
+def task_message(tool_calls: int) -> str:
+    return f"Call noop {tool_calls} times."
+
+
+_TASK_CALLS = re.compile(r"Call noop (\d+) times\.")
+
+
 class ScriptedProvider:
     """``LLMProvider`` answering ``scripted_reply`` at once, in word-sized deltas, with no I/O.
 
-    The reply depends only on the conversation (the number of assistant messages in it), so
-    one instance serves any number of runs at once. Configure it as ``settings.LLM =
-    {"BACKEND": "benchmarks.agent_loop.ScriptedProvider", "OPTIONS": {"tool_calls": 9}}``.
+    The reply depends only on the conversation: the number of tool calls comes from the task
+    (``task_message``; ``tool_calls`` when the task does not say), the position from the number
+    of assistant messages, so one instance serves any number of runs at once. Configure it as
+    ``settings.LLM = {"BACKEND": "benchmarks.agent_loop.ScriptedProvider"}``.
     """
 
     def __init__(self, *, tool_calls: int = STREAM_TOOL_CALLS, model: str = "scripted") -> None:
@@ -114,7 +126,7 @@ class ScriptedProvider:
         self.model = model
 
     def describe(self) -> dict[str, Any]:
-        return {"provider": "scripted", "model": self.model, "tool_calls": self.tool_calls}
+        return {"provider": "scripted", "model": self.model}
 
     async def complete(
         self,
@@ -125,8 +137,11 @@ class ScriptedProvider:
     ) -> LLMResponse:
         from agent.llm.base import LLMResponse, Usage
 
+        task = next((m["content"] for m in messages if m["role"] == "user"), "")
+        asked = _TASK_CALLS.search(task)
+        tool_calls = int(asked.group(1)) if asked else self.tool_calls
         index = 1 + sum(1 for message in messages if message["role"] == "assistant")
-        content = scripted_reply(index, self.tool_calls)
+        content = scripted_reply(index, tool_calls)
         return LLMResponse(
             content=content,
             model=self.model,
@@ -149,8 +164,7 @@ class ScriptedProvider:
         yield LLMChunk(response=response)
 
 
-def scripted_llm(tool_calls: int) -> dict[str, Any]:
-    return {"BACKEND": PROVIDER_PATH, "OPTIONS": {"tool_calls": tool_calls}}
+SCRIPTED_LLM: dict[str, Any] = {"BACKEND": PROVIDER_PATH, "OPTIONS": {}}
 
 
 async def noop(args: dict[str, Any], context: ToolContext) -> dict[str, Any]:
@@ -239,35 +253,79 @@ class IterationClock:
         return iteration_finished
 
 
-class EmitClock:
-    """Stamps the moment ``RunEvents.emit("step", ...)`` is called, by (run id, seq)."""
+class StepClock:
+    """Stamps each step event on its way out, by (run id, seq): ``RunEvents.emit("step", ...)``
+    called (the step is in the trace by then), the channel layer's ``group_send`` called (the
+    ``RunEvent`` row is written by then), and the subscriber's ``agent.api.sse_frames`` having
+    made the frame (the event came through the channel layer)."""
 
     def __init__(self) -> None:
-        self.stamps: dict[tuple[str, int], float] = {}
+        self.stamps: dict[str, dict[tuple[str, int], float]] = {
+            "emit": {},
+            "broadcast": {},
+            "frame": {},
+        }
 
-    def wrap(self, original: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+    def wrap_emit(self, original: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
         @functools.wraps(original)
         async def emit(events: Any, type_: str, **payload: Any) -> Any:
             called = time.perf_counter()
             event = await original(events, type_, **payload)
             if type_ == "step":
-                self.stamps[(str(events.run_id), events.seq)] = called
+                self.stamps["emit"][(str(events.run_id), events.seq)] = called
             return event
 
         return emit
 
-    def for_run(self, run_id: str) -> dict[int, float]:
-        return {seq: t for (run, seq), t in self.stamps.items() if run == run_id}
+    def wrap_group_send(
+        self, original: Callable[..., Awaitable[None]]
+    ) -> Callable[..., Awaitable[None]]:
+        @functools.wraps(original)
+        async def group_send(layer: Any, group: str, message: dict[str, Any]) -> None:
+            if message.get("type") == "run.event" and message["event"]["type"] == "step":
+                key = (group.removeprefix("run."), message["seq"])
+                self.stamps["broadcast"][key] = time.perf_counter()
+            await original(layer, group, message)
+
+        return group_send
+
+    def wrap_frames(
+        self, original: Callable[[uuid.UUID, int], AsyncIterator[bytes]]
+    ) -> Callable[[uuid.UUID, int], AsyncIterator[bytes]]:
+        @functools.wraps(original)
+        async def sse_frames(run_id: uuid.UUID, after_seq: int) -> AsyncIterator[bytes]:
+            async for frame in original(run_id, after_seq):
+                # orjson writes no spaces, and a quote inside a string is escaped: no false hits.
+                if b'"type":"step"' in frame:
+                    seq = int(frame[len(b"id: ") : frame.index(b"\n")])
+                    self.stamps["frame"][(str(run_id), seq)] = time.perf_counter()
+                yield frame
+
+        return sse_frames
+
+    def for_run(self, run_id: str) -> dict[str, dict[int, float]]:
+        return {
+            leg: {seq: t for (run, seq), t in stamps.items() if run == run_id}
+            for leg, stamps in self.stamps.items()
+        }
 
 
-def instrument(stack: contextlib.ExitStack, emit_clock: EmitClock) -> None:
-    """The no-op registry wherever runs look tools up, and the step emit stamps."""
+def instrument(stack: contextlib.ExitStack, step_clock: StepClock) -> None:
+    """The no-op registry wherever runs look tools up, and the step stamps."""
+    from channels.layers import get_channel_layer
+
+    import agent.api
     import agent.runs
     from agent.events import RunEvents
 
     registry = noop_registry()
     stack.enter_context(mock.patch.object(agent.runs, "default_registry", return_value=registry))
-    stack.enter_context(mock.patch.object(RunEvents, "emit", emit_clock.wrap(RunEvents.emit)))
+    stack.enter_context(mock.patch.object(RunEvents, "emit", step_clock.wrap_emit(RunEvents.emit)))
+    layer_class = type(get_channel_layer())
+    group_send = step_clock.wrap_group_send(layer_class.group_send)
+    stack.enter_context(mock.patch.object(layer_class, "group_send", group_send))
+    frames = step_clock.wrap_frames(agent.api.sse_frames)
+    stack.enter_context(mock.patch.object(agent.api, "sse_frames", frames))
 
 
 def use_llm(config: dict[str, Any]) -> None:
@@ -280,14 +338,18 @@ def use_llm(config: dict[str, Any]) -> None:
 
 
 class PartTimer:
-    """Adds up the time spent in chosen functions (async or not), by part name."""
+    """Adds up the time spent in chosen functions (async or not) and their calls, by part, and
+    snapshots the sums after every call of one more function."""
 
     def __init__(self) -> None:
+        self.parts: list[str] = []
         self.seconds: dict[str, float] = defaultdict(float)
         self.calls: dict[str, int] = defaultdict(int)
+        self.snapshots: list[tuple[float, dict[str, float], dict[str, int]]] = []
 
     def patch(self, stack: contextlib.ExitStack, owner: Any, name: str, part: str) -> None:
         original = getattr(owner, name)
+        self.parts.append(part)
         timer = self
 
         if inspect.iscoroutinefunction(original):
@@ -311,6 +373,16 @@ class PartTimer:
 
             wrapper = timed_sync
         stack.enter_context(mock.patch.object(owner, name, wrapper))
+
+    def snapshot_after(self, stack: contextlib.ExitStack, owner: Any, name: str) -> None:
+        original = getattr(owner, name)
+
+        async def snapshotted(*args: Any, **kwargs: Any) -> Any:
+            result = await original(*args, **kwargs)
+            self.snapshots.append((time.perf_counter(), dict(self.seconds), dict(self.calls)))
+            return result
+
+        stack.enter_context(mock.patch.object(owner, name, snapshotted))
 
     def add(self, part: str, seconds: float) -> None:
         self.seconds[part] += seconds
@@ -346,18 +418,22 @@ class Measurement:
 
 
 async def run_once(user: Any, *, tool_calls: int) -> uuid.UUID:
-    """One run start to finish, followed by one SSE subscriber; checks that it completed and
-    that the subscriber saw every step and ``done``."""
+    """One run start to finish, with one SSE subscriber following it; checks that it completed
+    and that the subscriber saw every step and ``done``."""
     from agent.api import sse_frames
     from agent.models import AgentRun
     from agent.runs import run_create, run_start
 
-    run = await run_create(user=user, message=f"Call noop {tool_calls} times.", tools=["noop"])
+    run = await run_create(user=user, message=task_message(tool_calls), tools=["noop"])
     follower = asyncio.create_task(_read_types(sse_frames(run.id, 0)))
     await asyncio.wait_for(run_start(run), RUN_TIMEOUT_S)
     types = await asyncio.wait_for(follower, RUN_TIMEOUT_S)
     finished = await AgentRun.objects.aget(pk=run.id)
-    if finished.status != "completed" or types.count("step") != tool_calls or types[-1] != "done":
+    if (
+        finished.status != "completed"
+        or types.count("step") != tool_calls
+        or types[-1:] != ["done"]
+    ):
         raise SystemExit(
             f"run {run.id} ended {finished.status} ({finished.error_code} {finished.error}); "
             f"the subscriber saw {types}"
@@ -381,10 +457,11 @@ async def measure_loop(
     *,
     runs: int,
     iterations: int,
-    before_run: Callable[[], None] | None = None,
+    before_run: Callable[[int], None] | None = None,
 ) -> Measurement:
-    """``runs`` timed runs (after one untimed) of ``iterations + 1`` tool calls each, under a
-    loop cap that lets them all happen; one sample per pair of consecutive iterations."""
+    """``runs`` timed runs (after a short untimed one) of ``iterations + 1`` tool calls each,
+    under a loop cap that lets them all happen; one sample per pair of consecutive iterations.
+    ``before_run(tool_calls)`` is called before each run."""
     import agent.runs
     from agent.loop import LoopConfig
 
@@ -392,9 +469,10 @@ async def measure_loop(
     config = functools.partial(LoopConfig, max_iterations=iterations + 2)
     with mock.patch.object(agent.runs, "LoopConfig", config):
         for index in range(runs + 1):
+            tool_calls = WARMUP_TOOL_CALLS if index == 0 else iterations + 1
             if before_run is not None:
-                before_run()
-            run_id = await run_once(user, tool_calls=iterations + 1)
+                before_run(tool_calls)
+            run_id = await run_once(user, tool_calls=tool_calls)
             stamps = clock.stamps.pop(run_id)
             if index == 0:
                 continue  # warm-up
@@ -424,72 +502,100 @@ async def measure_thread_hop(samples: int) -> Measurement:
     return result
 
 
-async def iteration_parts(user: Any, clock: IterationClock, *, iterations: int) -> dict[str, float]:
-    """Milliseconds per iteration spent in each part of one in-process run (its own run, so the
-    timers stay out of the figures above)."""
+@dataclass(frozen=True)
+class Part:
+    label: str
+    calls: float  # per iteration
+    ms: float  # per iteration
+
+
+async def iteration_parts(user: Any, *, iterations: int) -> list[Part]:
+    """Where an in-process iteration goes: per part, calls and milliseconds per iteration, over
+    the same intervals as the main measurement, in a run of its own (the timers cost a little).
+    Indented parts are inside the part above them."""
     import agent.loop
     import agent.runs
+    import traces.store
     from agent.events import RunEvents
     from agent.loop import LoopConfig
+    from agent.runs import RunRecorder
     from agent.tools.registry import ToolRegistry
     from traces.store import OrmTraceStore
 
     timer = PartTimer()
+    config = functools.partial(LoopConfig, max_iterations=iterations + 2)
     with contextlib.ExitStack() as stack:
-        config = functools.partial(LoopConfig, max_iterations=iterations + 2)
         stack.enter_context(mock.patch.object(agent.runs, "LoopConfig", config))
-        timer.patch(stack, agent.loop, "_call_model", "model call (stream)")
-        timer.patch(stack, OrmTraceStore, "add_step", "trace store add_step")
-        timer.patch(stack, OrmTraceStore, "add_steps_sync", "  of which in the DB thread")
-        timer.patch(stack, OrmTraceStore, "update_step", "trace store update_step")
-        timer.patch(stack, OrmTraceStore, "update_step_sync", "  of which in the DB thread ")
-        timer.patch(stack, RunEvents, "_emit", "run event (RunEvent row + group_send)")
-        timer.patch(stack, ToolRegistry, "call", "tool call (validate + handler)")
-        run_id = await run_once(user, tool_calls=iterations + 1)
-    stamps = clock.stamps.pop(run_id)
-    whole = stamps[-1][0] - stamps[0][0]
-    count = len(stamps) - 1
-    # The parts are summed over every iteration, the interval over all but the first: scale.
-    share = count / len(stamps)
-    parts = {part: seconds * share * 1000 / count for part, seconds in timer.seconds.items()}
-    top_level = sum(ms for part, ms in parts.items() if not part.startswith(" "))
-    parts["everything else (parsing, bookkeeping, the event loop)"] = (
-        whole * 1000 / count - top_level
+        for part, owner, name in (
+            ("model call (agent.loop._call_model)", agent.loop, "_call_model"),
+            ("tool call (ToolRegistry.call)", ToolRegistry, "call"),
+            ("trace store add_step", OrmTraceStore, "add_step"),
+            ("  in the ORM thread: add_steps_sync", OrmTraceStore, "add_steps_sync"),
+            ("    _build_batch", OrmTraceStore, "_build_batch"),
+            ("      _apply_deltas (ancestor rollups UPDATE)", traces.store, "_apply_deltas"),
+            ("trace store update_step", OrmTraceStore, "update_step"),
+            ("  in the ORM thread: update_step_sync", OrmTraceStore, "update_step_sync"),
+            ("run event: RunEvent INSERT + group_send", RunEvents, "_emit"),
+            ("(in every store write) _locked_running_trace", traces.store, "_locked_running_trace"),
+        ):
+            timer.patch(stack, owner, name, part)
+        timer.snapshot_after(stack, RunRecorder, "iteration_finished")
+        await run_once(user, tool_calls=iterations + 1)
+    (first, first_seconds, first_calls), (last, last_seconds, last_calls) = (
+        timer.snapshots[0],
+        timer.snapshots[-1],
     )
-    parts["whole iteration (mean)"] = whole * 1000 / count
+    count = len(timer.snapshots) - 1
+    parts = [
+        Part(
+            label,
+            (last_calls.get(label, 0) - first_calls.get(label, 0)) / count,
+            (last_seconds.get(label, 0.0) - first_seconds.get(label, 0.0)) * 1000 / count,
+        )
+        for label in timer.parts
+    ]
+    whole = (last - first) * 1000 / count
+    top_level = sum(part.ms for part in parts if not part.label.startswith((" ", "(")))
+    parts.append(Part("everything else (parsing, bookkeeping, scheduling)", 0, whole - top_level))
+    parts.append(Part("whole iteration (mean)", 1, whole))
     return parts
 
 
 async def profile_run(user: Any, *, iterations: int) -> str:
-    """cProfile of one in-process run: the event loop's thread and asgiref's sync thread (where
-    the ORM runs), each sorted by own time."""
+    """cProfile of one in-process run in its two busy threads: the event loop's (wall time, by
+    own time) and asgiref's sync thread, where the ORM runs (CPU time, by cumulative time within
+    the project's code, then by own time)."""
     from asgiref.sync import SyncToAsync
 
     import agent.runs
     from agent.loop import LoopConfig
 
-    loop_profile, db_profile = cProfile.Profile(), cProfile.Profile()
+    loop_profile, orm_profile = cProfile.Profile(), cProfile.Profile(time.thread_time)
     config = functools.partial(LoopConfig, max_iterations=iterations + 2)
     with mock.patch.object(agent.runs, "LoopConfig", config):
         executor = SyncToAsync.single_thread_executor
-        await asyncio.wrap_future(executor.submit(db_profile.enable))
+        await asyncio.wrap_future(executor.submit(orm_profile.enable))
         loop_profile.enable()
         await run_once(user, tool_calls=iterations + 1)
         loop_profile.disable()
-        await asyncio.wrap_future(executor.submit(db_profile.disable))
+        await asyncio.wrap_future(executor.submit(orm_profile.disable))
     out = io.StringIO()
-    for label, profile in (("event loop thread", loop_profile), ("ORM thread", db_profile)):
-        out.write(f"\n--- {label} ---\n")
-        pstats.Stats(profile, stream=out).sort_stats("tottime").print_stats(18)
+    out.write("\n--- event loop thread, by own time (wall) ---\n")
+    pstats.Stats(loop_profile, stream=out).sort_stats("tottime").print_stats(15)
+    out.write("\n--- ORM thread, project code by cumulative time (CPU) ---\n")
+    orm_stats = pstats.Stats(orm_profile, stream=out)
+    orm_stats.sort_stats("cumulative").print_stats(r"/(traces|agent)/", 15)
+    out.write("\n--- ORM thread, by own time (CPU) ---\n")
+    orm_stats.sort_stats("tottime").print_stats(15)
     return out.getvalue()
 
 
 # --- step to wire: in-process ASGI --------------------------------------------------------------
 
 
-async def asgi_stream(app: Any, token: str, message: str) -> tuple[str, dict[int, float]]:
-    """``POST /agent?stream=true`` straight into the ASGI app; returns the run id and, per step
-    seq, the moment its frame went to ``send``."""
+async def asgi_stream(app: Any, token: str, message: str) -> tuple[str, dict[int, float], str]:
+    """``POST /agent?stream=true`` straight into the ASGI app; returns the run id, per step seq
+    the moment its frame went to ``send``, and the type of the last event."""
     body = json.dumps({"message": message, "tools": ["noop"]}).encode()
     scope = {
         "type": "http",
@@ -512,7 +618,7 @@ async def asgi_stream(app: Any, token: str, message: str) -> tuple[str, dict[int
     }
     finished = asyncio.Event()
     request_sent = False
-    run_id = ""
+    run_id = last_type = ""
     sent: dict[int, float] = {}
 
     async def receive() -> dict[str, Any]:
@@ -524,13 +630,14 @@ async def asgi_stream(app: Any, token: str, message: str) -> tuple[str, dict[int
         return {"type": "http.disconnect"}
 
     async def send(event: dict[str, Any]) -> None:
-        nonlocal run_id
+        nonlocal run_id, last_type
         if event["type"] == "http.response.start" and event["status"] != 200:
             raise SystemExit(f"POST /agent?stream=true answered {event['status']}")
         if event["type"] != "http.response.body":
             return
         now = time.perf_counter()
         for seq, data in sse_frames_in(event.get("body", b"")):
+            last_type = data["type"]
             if data["type"] == "meta":
                 run_id = data["run_id"]
             elif data["type"] == "step":
@@ -542,7 +649,7 @@ async def asgi_stream(app: Any, token: str, message: str) -> tuple[str, dict[int
         await app(scope, receive, send)
     finally:
         finished.set()
-    return run_id, sent
+    return run_id, sent, last_type
 
 
 def sse_frames_in(chunk: bytes) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -552,18 +659,50 @@ def sse_frames_in(chunk: bytes) -> Iterator[tuple[int, dict[str, Any]]]:
             yield int(fields[b"id"]), json.loads(fields[b"data"])
 
 
-async def measure_asgi_send(token: str, emit_clock: EmitClock, *, runs: int) -> Measurement:
+#: One step's way out, perf_counter seconds: emit called, group_send called, frame made by the
+#: subscriber, frame out.
+StepTimes = tuple[float, float, float, float]
+
+
+def step_times(
+    run_id: str, stamps: dict[str, dict[int, float]], out: dict[int, float], last_type: str
+) -> list[StepTimes]:
+    """Joins the server's stamps of a run's steps with the moments their frames went out;
+    checks that every step of the run went out and that the stream ended with ``done``."""
+    emitted, broadcast, framed = stamps["emit"], stamps["broadcast"], stamps["frame"]
+    seqs = set(out)
+    complete = len(seqs) == STREAM_TOOL_CALLS and seqs == set(emitted) == set(broadcast)
+    if last_type != "done" or not complete or seqs != set(framed):
+        raise SystemExit(
+            f"run {run_id}: stream ended on {last_type!r}, steps out {sorted(out)}, "
+            f"stamped { ({leg: sorted(by_seq) for leg, by_seq in stamps.items()}) }"
+        )
+    return [(emitted[seq], broadcast[seq], framed[seq], out[seq]) for seq in sorted(seqs)]
+
+
+def step_measurements(label: str, out_leg: str, times: list[StepTimes]) -> list[Measurement]:
+    """The whole way (``label``), then its legs."""
+    return [
+        Measurement(label, [out - emit for emit, _, _, out in times]),
+        Measurement("  emit -> group_send (RunEvent INSERT)", [b - e for e, b, _, _ in times]),
+        Measurement("  group_send -> frame made (channel layer)", [f - b for _, b, f, _ in times]),
+        Measurement(f"  frame made -> {out_leg}", [out - f for _, _, f, out in times]),
+    ]
+
+
+async def measure_asgi_send(token: str, step_clock: StepClock, *, runs: int) -> list[StepTimes]:
+    """``runs`` streamed runs (after one untimed) straight into the ASGI application."""
     from devassist.asgi import application
 
-    result = Measurement("step -> ASGI send (in-process app)")
+    times: list[StepTimes] = []
     for index in range(runs + 1):
-        run_id, sent = await asgi_stream(application, token, "Stream the no-op calls.")
-        emitted = emit_clock.for_run(run_id)
-        if len(sent) != STREAM_TOOL_CALLS or set(sent) != set(emitted):
-            raise SystemExit(f"run {run_id}: steps sent {sorted(sent)}, emitted {sorted(emitted)}")
+        run_id, sent, last_type = await asgi_stream(
+            application, token, task_message(STREAM_TOOL_CALLS)
+        )
+        run_times = step_times(run_id, step_clock.for_run(run_id), sent, last_type)
         if index:
-            result.seconds.extend(sent[seq] - emitted[seq] for seq in sent)
-    return result
+            times.extend(run_times)
+    return times
 
 
 # --- step to wire: a real daphne server ---------------------------------------------------------
@@ -579,10 +718,10 @@ def serve(port: int) -> None:
     django.setup()
     from daphne.server import Server
 
-    emit_clock = EmitClock()
+    step_clock = StepClock()
     with contextlib.ExitStack() as stack:
-        instrument(stack, emit_clock)
-        use_llm(scripted_llm(STREAM_TOOL_CALLS))
+        instrument(stack, step_clock)
+        use_llm(SCRIPTED_LLM)
         from devassist.asgi import application
 
         async def bench_application(scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -592,7 +731,7 @@ def serve(port: int) -> None:
             query = dict(
                 part.split("=", 1) for part in scope["query_string"].decode().split("&") if part
             )
-            body = json.dumps(emit_clock.for_run(query.get("run", ""))).encode()
+            body = json.dumps(step_clock.for_run(query.get("run", ""))).encode()
             await send(
                 {
                     "type": "http.response.start",
@@ -645,18 +784,18 @@ def daphne_server() -> Iterator[str]:
                 process.wait()
 
 
-async def measure_wire(base_url: str, token: str, *, runs: int) -> Measurement:
-    """``runs`` streamed runs (after one untimed) through the server: per step, the moment the
-    client reads its ``data:`` line minus the moment the server called ``emit``."""
+async def measure_wire(base_url: str, token: str, *, runs: int) -> list[StepTimes]:
+    """``runs`` streamed runs (after one untimed) through the server; a frame is out when the
+    client reads its ``data:`` line."""
     import httpx
 
-    result = Measurement("step -> SSE frame at the client (daphne)")
+    times: list[StepTimes] = []
     headers = {"Authorization": f"Bearer {token}"}
-    body = {"message": "Stream the no-op calls.", "tools": ["noop"]}
+    body = {"message": task_message(STREAM_TOOL_CALLS), "tools": ["noop"]}
     async with httpx.AsyncClient(base_url=base_url, headers=headers, timeout=30) as client:
         for index in range(runs + 1):
             received: dict[int, float] = {}
-            run_id, seq, last = "", 0, ""
+            run_id, seq, last_type = "", 0, ""
             async with client.stream("POST", "/agent?stream=true", json=body) as response:
                 response.raise_for_status()
                 async for line in response.aiter_lines():
@@ -665,22 +804,20 @@ async def measure_wire(base_url: str, token: str, *, runs: int) -> Measurement:
                     elif line.startswith("data: "):
                         now = time.perf_counter()
                         event = json.loads(line[6:])
-                        last = event["type"]
-                        if last == "meta":
+                        last_type = event["type"]
+                        if last_type == "meta":
                             run_id = event["run_id"]
-                        elif last == "step":
+                        elif last_type == "step":
                             received[seq] = now
-            emitted_raw = (await client.get(EMITS_PATH, params={"run": run_id})).json()
-            emitted = {int(key): value for key, value in emitted_raw.items()}
-            complete = len(received) == STREAM_TOOL_CALLS and set(received) == set(emitted)
-            if last != "done" or not complete:
-                raise SystemExit(
-                    f"run {run_id}: stream ended on {last!r}, steps received {sorted(received)}, "
-                    f"emitted {sorted(emitted)}"
-                )
+            raw = (await client.get(EMITS_PATH, params={"run": run_id})).json()
+            stamps = {
+                leg: {int(seq): stamp for seq, stamp in by_seq.items()}
+                for leg, by_seq in raw.items()
+            }
+            run_times = step_times(run_id, stamps, received, last_type)
             if index:
-                result.seconds.extend(received[s] - emitted[s] for s in received)
-    return result
+                times.extend(run_times)
+    return times
 
 
 # --- the run ------------------------------------------------------------------------------------
@@ -699,9 +836,9 @@ async def run(user: Any, token: str, counter: QueryCounter, args: argparse.Names
 
     tool_calls = args.iterations + 1
     clock = IterationClock(counter)
-    emit_clock = EmitClock()
+    step_clock = StepClock()
     with contextlib.ExitStack() as stack:
-        instrument(stack, emit_clock)
+        instrument(stack, step_clock)
         stack.enter_context(
             mock.patch.object(
                 RunRecorder,
@@ -711,7 +848,7 @@ async def run(user: Any, token: str, counter: QueryCounter, args: argparse.Names
         )
         baseline = await measure_thread_hop(200)
 
-        use_llm(scripted_llm(tool_calls))
+        use_llm(SCRIPTED_LLM)
         scripted = await measure_loop(
             "iteration, in-process scripted model",
             user,
@@ -721,36 +858,44 @@ async def run(user: Any, token: str, counter: QueryCounter, args: argparse.Names
         )
         with FakeOpenAI() as fake:
             use_llm(fake_openai_llm(fake.base_url))
-            replies: list[str | dict[str, Any]] = [
-                scripted_reply(index, tool_calls) for index in range(1, tool_calls + 2)
-            ]
+
+            def script(calls: int) -> None:
+                fake.script([scripted_reply(index, calls) for index in range(1, calls + 2)])
+
             over_http = await measure_loop(
                 "iteration, OpenAIProvider -> FakeOpenAI (HTTP)",
                 user,
                 clock,
-                runs=args.runs,
+                runs=args.http_runs,
                 iterations=args.iterations,
-                before_run=lambda: fake.script(replies),
+                before_run=script,
             )
 
-        use_llm(scripted_llm(tool_calls))
-        parts = await iteration_parts(user, clock, iterations=args.iterations)
+        use_llm(SCRIPTED_LLM)
+        parts = await iteration_parts(user, iterations=args.iterations)
         profile = await profile_run(user, iterations=args.iterations) if args.profile else ""
-
-        use_llm(scripted_llm(STREAM_TOOL_CALLS))
-        asgi = await measure_asgi_send(token, emit_clock, runs=args.stream_runs)
+        asgi = step_measurements(
+            "step -> ASGI send (in-process app)",
+            "ASGI send (Django)",
+            await measure_asgi_send(token, step_clock, runs=args.stream_runs),
+        )
     with daphne_server() as base_url:
-        wire = await measure_wire(base_url, token, runs=args.stream_runs)
+        wire = step_measurements(
+            "step -> frame at the client (daphne, TCP)",
+            "client (Django, daphne, TCP)",
+            await measure_wire(base_url, token, runs=args.stream_runs),
+        )
 
-    print_table([scripted, over_http, baseline, wire, asgi])
+    print_table([scripted, over_http, baseline, *wire, *asgi])
     print(
-        f"\n{args.runs} timed runs x {args.iterations} iterations per loop measurement (one "
-        "untimed run first); an iteration is one model call, a thought, an action and a result "
-        "step, a step update, a RunEvent row and its broadcast to one SSE subscriber. "
-        f"Step to wire: {args.stream_runs} streamed runs x {STREAM_TOOL_CALLS} steps."
+        f"\nLoop: {args.runs} (scripted) and {args.http_runs} (HTTP) timed runs x "
+        f"{args.iterations} iterations, after a short untimed run; an iteration is one model "
+        "call, a thought, an action and a result step, a step update, a RunEvent row and its "
+        "broadcast to one SSE subscriber. Steps: "
+        f"{args.stream_runs} timed streamed runs x {STREAM_TOOL_CALLS} steps each way."
     )
     print_parts(parts)
-    print_verdicts(scripted, wire)
+    print_verdicts(scripted, wire[0])
     if profile:
         print(f"\ncProfile of one in-process run ({tool_calls} iterations):{profile}")
 
@@ -766,10 +911,15 @@ def print_table(results: Sequence[Measurement]) -> None:
         )
 
 
-def print_parts(parts: dict[str, float]) -> None:
-    print("\none in-process iteration, part by part (mean ms per iteration, timers on):")
-    for part, ms in parts.items():
-        print(f"  {part:<58}{ms:>7.2f}")
+def print_parts(parts: Sequence[Part]) -> None:
+    print("\none in-process iteration, part by part (timers on; indented parts are inside the")
+    print("part above them):")
+    header = f"{'part':<56}{'calls':>7}{'ms':>8}"
+    print(header)
+    print("-" * len(header))
+    for part in parts:
+        calls = f"{part.calls:.1f}" if part.calls else ""
+        print(f"{part.label:<56}{calls:>7}{part.ms:>8.2f}")
 
 
 def print_verdicts(iteration: Measurement, wire: Measurement) -> None:
@@ -791,14 +941,19 @@ def print_verdicts(iteration: Measurement, wire: Measurement) -> None:
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="Benchmark the agent loop and its SSE stream.")
-    parser.add_argument("--runs", type=int, default=10, help="timed runs per loop measurement")
+    parser.add_argument(
+        "--runs", type=int, default=10, help="timed runs with the in-process scripted model"
+    )
+    parser.add_argument(
+        "--http-runs", type=int, default=3, help="timed runs with OpenAIProvider and FakeOpenAI"
+    )
     parser.add_argument(
         "--iterations", type=int, default=100, help="timed iterations per run (intervals)"
     )
     parser.add_argument(
         "--stream-runs",
         type=int,
-        default=40,
+        default=30,
         help=f"timed streamed runs ({STREAM_TOOL_CALLS} steps each) per step-to-wire measurement",
     )
     parser.add_argument(

@@ -354,3 +354,31 @@ def test_events_are_not_broadcast_before_commit(user):
         assert events == []  # the outer transaction is still open
     _, events = store.add_steps_sync(trace.id, [step("goal")])
     assert [e["seq"] for e in events] == [2]
+
+
+def test_a_batch_can_update_steps_in_the_same_transaction(user):
+    store = orm_store()
+    trace = make_trace(user)
+    root = step("goal", status="running")
+    action = step("action", parent=root, status="running")
+    add(trace, root, action)
+    result = step("result", parent=action, status="failed", error="boom", tokens=4)
+    added = async_to_sync(store.add_steps)(
+        trace.id, [result], updates={action.id: {"status": "failed", "duration_ms": 12}}
+    )
+    assert added.created == 1
+    events = async_to_sync(store.events_after)(trace.id, 2)
+    assert [(e["event"], e["seq"]) for e in events] == [("step_added", 3), ("step_updated", 4)]
+    action_row = Step.objects.get(pk=action.id)
+    assert (action_row.status, action_row.duration_ms) == ("failed", 12)
+    assert action_row.subtree_error_count == 2  # its failed result, then itself
+    root_row = Step.objects.get(pk=root.id)
+    assert root_row.subtree_error_count == 2
+    assert root_row.subtree_tokens == 4
+    trace.refresh_from_db()
+    assert (trace.last_seq, trace.error_count, trace.total_steps) == (4, 2, 3)
+    with pytest.raises(StepNotFound):
+        async_to_sync(store.add_steps)(trace.id, [], updates={uuid.uuid4(): {"name": "x"}})
+    with pytest.raises(InvalidStep):
+        async_to_sync(store.add_steps)(trace.id, [step("goal")], updates={root.id: {"seq": 1}})
+    assert Step.objects.filter(trace=trace).count() == 3
