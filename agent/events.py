@@ -7,12 +7,14 @@ import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator
+from functools import partial
 from typing import Any
 
 import structlog
 from channels.layers import get_channel_layer
 
 from agent.models import AgentRun, RunEvent
+from devassist.follow import LogFollower
 
 logger = structlog.get_logger(__name__)
 
@@ -72,7 +74,7 @@ class RunEvents:
 
 
 async def logged_events(
-    run_id: uuid.UUID, after_seq: int, *, up_to: int | None = None
+    run_id: uuid.UUID, after_seq: int, up_to: int | None = None
 ) -> list[tuple[int, dict[str, Any]]]:
     qs = RunEvent.objects.filter(run_id=run_id, seq__gt=after_seq).order_by("seq")
     if up_to is not None:
@@ -88,38 +90,29 @@ async def follow_run(
     layer = get_channel_layer()
     channel = await layer.new_channel(prefix="run-follow.")
     await layer.group_add(run_group(run_id), channel)
-    last = after_seq
+    follower = LogFollower(
+        partial(logged_events, run_id), after_seq=after_seq, page_size=REPLAY_PAGE
+    )
     try:
-        while True:  # the log first (joined the group before reading it: no gap)
-            page = await logged_events(run_id, last)
-            for seq, event in page:
-                yield seq, event
-                last = seq
-                if event["type"] == "done":
-                    return
-            if len(page) < REPLAY_PAGE:
-                break
+        # Joined the group before reading the log: nothing falls between the two.
+        async for seq, event in follower.backlog():
+            yield seq, event
+            if event["type"] == "done":
+                return
         while True:
             try:
                 message = await asyncio.wait_for(layer.receive(channel), heartbeat_s)
             except TimeoutError:
-                if await _finished_without_done(run_id, last):
+                if await _finished_without_done(run_id, follower.last):
                     return
                 yield None
                 continue
             if message.get("type") != "run.event":
                 continue
-            seq = message["seq"]
-            if seq <= last:
-                continue
-            if seq > last + 1:
-                for missed_seq, missed in await logged_events(run_id, last, up_to=seq - 1):
-                    yield missed_seq, missed
-                    last = missed_seq
-            yield seq, message["event"]
-            last = seq
-            if message["event"]["type"] == "done":
-                return
+            async for seq, event in follower.live(message["seq"], message["event"]):
+                yield seq, event
+                if event["type"] == "done":
+                    return
     finally:
         await layer.group_discard(run_group(run_id), channel)
 

@@ -9,6 +9,7 @@ from urllib.parse import parse_qs
 import structlog
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
+from devassist.follow import LogFollower
 from traces.access import can_view
 from traces.projections import trace_dict
 from traces.store import TraceNotFound, get_trace_store, group_name
@@ -33,7 +34,7 @@ class TraceWatchConsumer(AsyncJsonWebsocketConsumer):
 
     group: str | None = None
     trace_id: uuid.UUID
-    last_sent: int = 0
+    follower: LogFollower
 
     async def connect(self) -> None:
         user = self.scope.get("user")
@@ -71,8 +72,13 @@ class TraceWatchConsumer(AsyncJsonWebsocketConsumer):
                 "trace": trace_dict(trace),
             }
         )
-        self.last_sent = trace.last_seq if after_seq is None else min(after_seq, trace.last_seq)
-        await self._send_logged(up_to=trace.last_seq)
+        self.follower = LogFollower(
+            self._fetch,
+            after_seq=trace.last_seq if after_seq is None else min(after_seq, trace.last_seq),
+            page_size=REPLAY_PAGE,
+        )
+        async for _, event in self.follower.backlog(up_to=trace.last_seq):
+            await self.send_json(event)
         logger.info("trace_watch_connected", trace_id=str(self.trace_id), after_seq=after_seq)
 
     async def disconnect(self, code: int) -> None:
@@ -84,24 +90,14 @@ class TraceWatchConsumer(AsyncJsonWebsocketConsumer):
 
     async def trace_event(self, message: dict[str, Any]) -> None:
         event = message["event"]
-        seq = event["seq"]
-        if seq <= self.last_sent:
-            return
-        if seq > self.last_sent + 1:
-            await self._send_logged(up_to=seq - 1)
-        await self.send_json(event)
-        self.last_sent = seq
+        async for _, item in self.follower.live(event["seq"], event):
+            await self.send_json(item)
 
-    async def _send_logged(self, *, up_to: int) -> None:
-        store = get_trace_store()
-        while self.last_sent < up_to:
-            page = await store.events_after(self.trace_id, self.last_sent, limit=REPLAY_PAGE)
-            page = [e for e in page if e["seq"] <= up_to]
-            if not page:
-                return
-            for event in page:
-                await self.send_json(event)
-                self.last_sent = event["seq"]
+    async def _fetch(self, after_seq: int, up_to: int | None) -> list[tuple[int, dict[str, Any]]]:
+        page = await get_trace_store().events_after(
+            self.trace_id, after_seq, limit=REPLAY_PAGE, up_to=up_to
+        )
+        return [(event["seq"], event) for event in page]
 
     def _after_seq(self) -> int | None:
         """The ``after_seq`` query parameter; None when absent, -1 when malformed."""

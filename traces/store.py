@@ -240,7 +240,7 @@ class TraceStore(Protocol):
     ) -> Trace: ...
 
     async def events_after(
-        self, trace_id: uuid.UUID, after_seq: int, *, limit: int = 1000
+        self, trace_id: uuid.UUID, after_seq: int, *, limit: int = 1000, up_to: int | None = None
     ) -> list[dict[str, Any]]: ...
 
 
@@ -921,20 +921,13 @@ class OrmTraceStore:
     # -- events --
 
     async def events_after(
-        self, trace_id: uuid.UUID, after_seq: int, *, limit: int = 1000
+        self, trace_id: uuid.UUID, after_seq: int, *, limit: int = 1000, up_to: int | None = None
     ) -> list[dict[str, Any]]:
-        """Logged events with ``seq > after_seq``, oldest first, at most ``limit``."""
+        """Logged events with ``after_seq < seq <= up_to``, oldest first, at most ``limit``."""
         qs = TraceEvent.objects.filter(trace_id=trace_id, seq__gt=after_seq).order_by("seq")
+        if up_to is not None:
+            qs = qs.filter(seq__lte=up_to)
         return [event_dict(e) async for e in qs[:limit]]
-
-    async def events_between(
-        self, trace_id: uuid.UUID, after_seq: int, up_to_seq: int
-    ) -> list[dict[str, Any]]:
-        """Logged events with ``after_seq < seq <= up_to_seq``, oldest first."""
-        qs = TraceEvent.objects.filter(
-            trace_id=trace_id, seq__gt=after_seq, seq__lte=up_to_seq
-        ).order_by("seq")
-        return [event_dict(e) async for e in qs]
 
     async def _broadcast(self, trace_id: uuid.UUID, events: Iterable[dict[str, Any]]) -> None:
         layer = get_channel_layer()
