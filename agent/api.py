@@ -13,7 +13,7 @@ from ninja import Query, Router, Schema
 
 from agent.events import follow_run
 from agent.models import AgentRun, RunEvent, RunStatus
-from agent.runs import run_cancel, run_create, run_get, run_start
+from agent.runs import RunNotFound, run_cancel, run_create, run_get, run_start
 from agent.schemas import AgentIn, AgentOut, RunListOut, RunOut, RunWithStepsOut
 from agent.sse import HEARTBEAT, frame, sse_response
 from devassist.auth import api_user
@@ -155,7 +155,5 @@ async def agent_trace(request: HttpRequest, run_id: uuid.UUID) -> dict[str, Any]
     _staff(request)
     run = await AgentRun.objects.filter(pk=run_id).afirst()
     if run is None:
-        from agent.runs import RunNotFound
-
         raise RunNotFound(f"Run {run_id} does not exist.")
     return {**run_dict(run), "steps": (await step_events([run.id]))[run.id]}

@@ -190,31 +190,28 @@ async def _call_model(
     """Stream one model call. Text after ``Action: final:`` goes out as answer deltas while it
     arrives, unless a tool action came first. Returns (response, whether deltas went out)."""
     text = ""
-    sent = 0
-    streamed = False
+    sent: int | None = None  # how much of the text went out as deltas, once the answer began
     response: LLMResponse | None = None
     async for chunk in llm.stream(messages, stop=OBSERVATION_STOP_SEQUENCES, cancel=cancel):
         if chunk.response is not None:
             response = chunk.response
             break
         text += chunk.delta
-        marker = _FINAL_MARKER.search(text)
-        if marker is None or _TOOL_MARKER.search(text, 0, marker.start()):
-            continue
-        answer = text[marker.end() :].lstrip() if not streamed else text[marker.end() :]
-        if not streamed:
-            if not answer:
+        if sent is None:
+            marker = _FINAL_MARKER.search(text)
+            if marker is None or _TOOL_MARKER.search(text, 0, marker.start()):
                 continue
-            sent = len(text) - len(answer)
-            streamed = True
-        fresh = text[sent:]
-        if fresh:
-            await recorder.answer_delta(fresh)
+            rest = text[marker.end() :]
+            if not rest.strip():
+                continue
+            sent = len(text) - len(rest.lstrip())
+        if len(text) > sent:
+            await recorder.answer_delta(text[sent:])
             sent = len(text)
     _check(cancel)
     if response is None:
         response = LLMResponse(content=text, model=getattr(llm, "model", ""))
-    return response, streamed
+    return response, sent is not None
 
 
 async def _run_tool(

@@ -7,6 +7,8 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
+from django.views.defaults import page_not_found
+from django.views.defaults import server_error as django_server_error
 
 from devassist.envelope import error_response, is_api_path
 from devassist.health import health_report
@@ -30,8 +32,6 @@ def api_not_found(request: HttpRequest, exception: Exception | None = None) -> H
     """404 for paths no view matches: the envelope under /api/, the HTML page elsewhere."""
     if is_api_path(request):
         return error_response(request, status=404, code="not_found", message="No such endpoint.")
-    from django.views.defaults import page_not_found
-
     return page_not_found(request, exception or Exception("not found"))
 
 
@@ -40,6 +40,4 @@ def server_error(request: HttpRequest) -> HttpResponse:
         return error_response(
             request, status=500, code="internal_error", message="Internal server error."
         )
-    from django.views.defaults import server_error as django_server_error
-
     return django_server_error(request)

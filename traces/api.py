@@ -9,6 +9,7 @@ from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from ninja import Field as NinjaField
 from ninja import Query, Router, Schema, Status
+from ninja.errors import ValidationError
 
 from devassist.auth import api_user
 from devassist.errors import Forbidden
@@ -85,8 +86,6 @@ def _parse_node_id(step_id: str) -> uuid.UUID | None:
     try:
         return uuid.UUID(step_id)
     except ValueError as exc:
-        from ninja.errors import ValidationError
-
         raise ValidationError(
             [
                 {
