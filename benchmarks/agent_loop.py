@@ -53,7 +53,6 @@ import pstats
 import re
 import shutil
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -62,17 +61,26 @@ import time
 import uuid
 from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from unittest import mock
 
+REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO_ROOT))  # run as a script: make the project importable
+
+from benchmarks.trace_tree import (  # noqa: E402 - after the path above
+    Measurement,
+    QueryCounter,
+    configure_environment,
+    ensure_database,
+    machine_load,
+    verdict,
+)
+
 if TYPE_CHECKING:
     from agent.llm.base import ChatMessage, LLMChunk, LLMResponse
     from agent.tools.registry import ToolContext, ToolRegistry
-    from benchmarks.trace_tree import QueryCounter
-
-REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_DATABASE_URL = "postgres://postgres@127.0.0.1:5432/devassist_agent_bench"
 BENCH_USERNAME = "agent-loop-benchmark"
 PROVIDER_PATH = "benchmarks.agent_loop.ScriptedProvider"
@@ -180,26 +188,6 @@ def noop_registry() -> ToolRegistry:
 
 
 # --- environment and database -------------------------------------------------------------------
-
-
-def configure_environment(redis_url: str | None) -> str:
-    """Point the settings at the benchmark database, a throwaway var dir and the chosen channel
-    layer; returns the var dir so it can be removed at the end. The server subprocess inherits
-    this environment."""
-    sys.path.insert(0, str(REPO_ROOT))
-    var_dir = tempfile.mkdtemp(prefix="devassist-agent-bench-var-")
-    os.environ["DJANGO_SETTINGS_MODULE"] = "devassist.settings"
-    os.environ["DATABASE_URL"] = os.environ.get("BENCH_DATABASE_URL", DEFAULT_DATABASE_URL)
-    os.environ["DEVASSIST_VAR_DIR"] = var_dir
-    os.environ["LOG_LEVEL"] = "WARNING"
-    os.environ["SANDBOX_WARM_ON_START"] = "0"
-    os.environ.pop("DEBUG", None)
-    if redis_url:
-        os.environ["REDIS_URL"] = redis_url
-        os.environ["CHANNELS_PREFIX"] = "devassist-agent-bench"
-    else:
-        os.environ.pop("REDIS_URL", None)
-    return var_dir
 
 
 def prepare_user() -> tuple[Any, str]:
@@ -390,31 +378,6 @@ class PartTimer:
 
 
 # --- measuring ----------------------------------------------------------------------------------
-
-
-@dataclass
-class Measurement:
-    name: str
-    seconds: list[float] = field(default_factory=list)
-    queries: list[int] = field(default_factory=list)
-
-    @property
-    def p50_ms(self) -> float:
-        return statistics.median(self.seconds) * 1000
-
-    @property
-    def p95_ms(self) -> float:
-        if len(self.seconds) < 2:
-            return self.seconds[0] * 1000
-        return statistics.quantiles(self.seconds, n=20, method="inclusive")[18] * 1000
-
-    @property
-    def queries_label(self) -> str:
-        if not self.queries:
-            return "-"
-        typical = statistics.median_low(self.queries)
-        most = max(self.queries)
-        return f"{typical}" if most == typical else f"{typical} (max {most})"
 
 
 async def run_once(user: Any, *, tool_calls: int) -> uuid.UUID:
@@ -923,8 +886,6 @@ def print_parts(parts: Sequence[Part]) -> None:
 
 
 def print_verdicts(iteration: Measurement, wire: Measurement) -> None:
-    from benchmarks.trace_tree import verdict
-
     print("\ntargets:")
     verdict(
         f"loop overhead per iteration p50 < {TARGET_ITERATION_P50_MS:.0f} ms "
@@ -975,8 +936,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         serve(args.serve)
         return 0
     run_started = time.perf_counter()
-    var_dir = configure_environment(args.redis)
-    from benchmarks.trace_tree import QueryCounter, ensure_database, machine_load
+    var_dir = configure_environment(
+        default_database_url=DEFAULT_DATABASE_URL,
+        var_prefix="devassist-agent-bench-var-",
+        redis_url=args.redis,
+    )
 
     print(f"{os.cpu_count()} CPUs, load average {machine_load()}")
     layer = f"Redis ({args.redis})" if args.redis else "in-memory"

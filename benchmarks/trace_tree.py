@@ -61,20 +61,29 @@ TARGET_NAIVE_RATIO = 20.0
 # --- environment and database -------------------------------------------------------------------
 
 
-def configure_environment() -> str:
-    """Point the project's settings at the benchmark database and a throwaway var dir; returns
-    that dir so it can be removed at the end."""
+def configure_environment(
+    *,
+    default_database_url: str = DEFAULT_DATABASE_URL,
+    var_prefix: str = "devassist-bench-var-",
+    redis_url: str | None = None,
+) -> str:
+    """Point the project's settings at a benchmark database (``BENCH_DATABASE_URL`` wins), a
+    throwaway var dir and, with ``redis_url``, the Redis channel layer; returns the var dir so
+    it can be removed at the end. Subprocesses inherit this environment."""
     sys.path.insert(0, str(REPO_ROOT))
-    var_dir = tempfile.mkdtemp(prefix="devassist-bench-var-")
+    var_dir = tempfile.mkdtemp(prefix=var_prefix)
     os.environ["DJANGO_SETTINGS_MODULE"] = "devassist.settings"
-    os.environ["DATABASE_URL"] = os.environ.get("BENCH_DATABASE_URL", DEFAULT_DATABASE_URL)
+    os.environ["DATABASE_URL"] = os.environ.get("BENCH_DATABASE_URL", default_database_url)
     os.environ["DEVASSIST_VAR_DIR"] = var_dir
     os.environ["LOG_LEVEL"] = "WARNING"
     os.environ.pop("DEBUG", None)
-    # Nothing here broadcasts; keep the run independent of a Redis being up.
-    os.environ.pop("REDIS_URL", None)
     # Importing the ASGI app would otherwise start sandbox containers beside the measurements.
     os.environ["SANDBOX_WARM_ON_START"] = "0"
+    if redis_url:
+        os.environ["REDIS_URL"] = redis_url
+        os.environ["CHANNELS_PREFIX"] = "devassist-bench"
+    else:
+        os.environ.pop("REDIS_URL", None)
     return var_dir
 
 
@@ -352,6 +361,13 @@ class Measurement:
     @property
     def typical_queries(self) -> int:
         return int(statistics.median_low(self.queries))
+
+    @property
+    def queries_label(self) -> str:
+        if not self.queries:
+            return "-"
+        typical, most = self.typical_queries, max(self.queries)
+        return f"{typical}" if most == typical else f"{typical} (max {most})"
 
 
 async def measure_get(
