@@ -52,10 +52,7 @@ import os
 import pstats
 import re
 import shutil
-import socket
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 import uuid
@@ -711,40 +708,13 @@ def serve(port: int) -> None:
         ).run()
 
 
-@contextlib.contextmanager
-def daphne_server() -> Iterator[str]:
-    """This file with ``--serve`` in a subprocess; yields its base URL once it answers."""
-    import httpx
+def daphne_server() -> contextlib.AbstractContextManager[str]:
+    """This file with ``--serve`` in a subprocess (it inherits this environment)."""
+    from tests.servers import free_port, http_server
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = int(sock.getsockname()[1])
-    base_url = f"http://127.0.0.1:{port}"
-    with tempfile.TemporaryFile() as log:
-        process = subprocess.Popen(
-            [sys.executable, str(Path(__file__).resolve()), "--serve", str(port)],
-            cwd=REPO_ROOT,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        try:
-            deadline = time.monotonic() + 60
-            while True:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    log.seek(0)
-                    raise SystemExit(f"the daphne server did not start:\n{log.read().decode()}")
-                with contextlib.suppress(httpx.TransportError):
-                    if httpx.get(f"{base_url}{EMITS_PATH}", timeout=2).status_code == 200:
-                        break
-                time.sleep(0.2)
-            yield base_url
-        finally:
-            process.terminate()
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+    port = free_port()
+    command = [sys.executable, str(Path(__file__).resolve()), "--serve", str(port)]
+    return http_server(command, port=port, ready_path=EMITS_PATH, timeout_s=60)
 
 
 async def measure_wire(base_url: str, token: str, *, runs: int) -> list[StepTimes]:

@@ -52,10 +52,17 @@ def manage(env: dict[str, str], *args: str) -> str:
 
 
 @contextmanager
-def daphne_server(env: dict[str, str], *, timeout_s: float = 30.0) -> Iterator[str]:
-    """Run DevAssist under daphne with ``env`` (on top of a clean copy of os.environ) and
-    yield its base URL once ``/healthz`` answers; the server is always stopped."""
-    port = free_port()
+def http_server(
+    command: list[str],
+    *,
+    port: int,
+    ready_path: str,
+    env: dict[str, str] | None = None,
+    timeout_s: float = 30.0,
+) -> Iterator[str]:
+    """Run ``command`` (a server that listens on 127.0.0.1:``port``) and yield its base URL
+    once ``ready_path`` answers; the server is always stopped. Its output goes to a file (a
+    pipe nobody reads would block it) and is shown when it fails to start."""
     base_url = f"http://127.0.0.1:{port}"
     with tempfile.TemporaryFile() as log:
 
@@ -63,25 +70,20 @@ def daphne_server(env: dict[str, str], *, timeout_s: float = 30.0) -> Iterator[s
             log.seek(0)
             return log.read().decode(errors="replace")[-5000:]
 
-        process = subprocess.Popen(
-            [str(DAPHNE), "-b", "127.0.0.1", "-p", str(port), "devassist.asgi:application"],
-            cwd=REPO,
-            env=clean_env(env),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
+        process = subprocess.Popen(command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+        name = Path(command[0]).name
         try:
             deadline = time.monotonic() + timeout_s
             while True:
                 if process.poll() is not None:
-                    raise RuntimeError(f"daphne exited with {process.returncode}:\n{output()}")
+                    raise RuntimeError(f"{name} exited with {process.returncode}:\n{output()}")
                 try:
-                    if httpx.get(f"{base_url}/healthz", timeout=2).status_code in (200, 503):
+                    if httpx.get(f"{base_url}{ready_path}", timeout=2).status_code in (200, 503):
                         break
                 except httpx.HTTPError:
                     pass
                 if time.monotonic() > deadline:
-                    raise RuntimeError(f"daphne did not answer /healthz in time:\n{output()}")
+                    raise RuntimeError(f"{name} did not answer {ready_path} in time:\n{output()}")
                 time.sleep(0.2)
             yield base_url
         finally:
@@ -91,3 +93,15 @@ def daphne_server(env: dict[str, str], *, timeout_s: float = 30.0) -> Iterator[s
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+
+
+@contextmanager
+def daphne_server(env: dict[str, str], *, timeout_s: float = 30.0) -> Iterator[str]:
+    """Run DevAssist under daphne with ``env`` (on top of a clean copy of os.environ) and
+    yield its base URL once ``/healthz`` answers."""
+    port = free_port()
+    command = [str(DAPHNE), "-b", "127.0.0.1", "-p", str(port), "devassist.asgi:application"]
+    with http_server(
+        command, port=port, ready_path="/healthz", env=clean_env(env), timeout_s=timeout_s
+    ) as base_url:
+        yield base_url
