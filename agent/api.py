@@ -12,6 +12,8 @@ from ninja import Field as NinjaField
 from ninja import Query, Router, Schema
 
 from agent.events import follow_run
+from agent.llm.base import LLMTimeout, LLMUnavailable
+from agent.loop import AgentMaxIterations
 from agent.models import AgentRun, RunEvent, RunStatus
 from agent.runs import RunNotFound, run_cancel, run_create, run_get, run_start
 from agent.schemas import AgentIn, AgentOut, RunListOut, RunOut, RunWithStepsOut
@@ -23,7 +25,10 @@ agent_router = Router(tags=["agent"])
 runs_router = Router(tags=["agent"])
 staff_router = Router(tags=["agent"])
 
-_FAILURE_STATUS = {"agent_max_iterations": 408, "llm_unavailable": 502, "llm_timeout": 504}
+#: The HTTP status of a failed run, by its stored error code (the errors' own statuses).
+_FAILURE_STATUS = {
+    error.code: error.status for error in (AgentMaxIterations, LLMUnavailable, LLMTimeout)
+}
 
 
 class StreamQuery(Schema):
