@@ -203,6 +203,26 @@ LLM = {
     },
 }
 
+# Knowledge (only agent/knowledge/ talks to Chroma). Chroma runs embedded under CHROMA_PATH
+# unless CHROMA_URL names a Chroma server; the BM25 indexes always live under CHROMA_PATH.
+CHROMA_PATH = Path(env_str("CHROMA_PATH", str(VAR_DIR / "chroma")))
+CHROMA_URL = env_str("CHROMA_URL")
+# Text to vectors (Django's backend idiom). The default is offline and lexical (BM25 ranks);
+# a dense backend makes retrieval hybrid. Backends ignore the options they do not use.
+EMBEDDINGS: dict[str, Any] = {
+    "BACKEND": env_str(
+        "EMBEDDINGS_BACKEND", "agent.knowledge.embeddings.lexical.LexicalEmbeddings"
+    ),
+    "OPTIONS": {
+        "model": env_str("EMBEDDINGS_MODEL"),
+        "base_url": env_str("EMBEDDINGS_BASE_URL"),
+        "api_key": env_str("EMBEDDINGS_API_KEY"),
+    },
+}
+KNOWLEDGE_DEFAULT_COLLECTION = env_str("KNOWLEDGE_DEFAULT_COLLECTION", "devassist_docs")
+# Uploads to /api/collections/{name}/documents above this many bytes (per request) get 413.
+KNOWLEDGE_UPLOAD_MAX_BYTES = env_int("KNOWLEDGE_UPLOAD_MAX_BYTES", 5 * 1024 * 1024)
+
 LOG_FORMAT = env_str("LOG_FORMAT", "console" if DEBUG else "json")
 LOG_LEVEL = env_str("LOG_LEVEL", "INFO")
 

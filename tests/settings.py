@@ -13,8 +13,21 @@ os.environ.setdefault("DEVASSIST_VAR_DIR", tempfile.mkdtemp(prefix="devassist-te
 os.environ.setdefault("LOG_FORMAT", "console")
 os.environ.setdefault("LOG_LEVEL", "WARNING")
 # The suite chooses its own services and model: the developer's environment must not leak in.
-for name in ("REDIS_URL", "LLM_BASE_URL", "LLM_BACKEND", "LLM_MODEL", "LLM_API_KEY"):
+for name in (
+    "REDIS_URL",
+    "LLM_BASE_URL",
+    "LLM_BACKEND",
+    "LLM_MODEL",
+    "LLM_API_KEY",
+    "CHROMA_URL",
+    "EMBEDDINGS_BACKEND",
+    "EMBEDDINGS_MODEL",
+    "EMBEDDINGS_BASE_URL",
+    "EMBEDDINGS_API_KEY",
+):
     os.environ.pop(name, None)
+# Chroma and the BM25 indexes never touch the repository's var/.
+os.environ["CHROMA_PATH"] = tempfile.mkdtemp(prefix="devassist-test-chroma-")
 
 from devassist.settings import *  # noqa: E402, F403
 
