@@ -42,7 +42,9 @@ from sandbox.output import DEFAULT_LIMIT_CHARS, CappedStream
 
 logger = structlog.get_logger(__name__)
 
-LABEL = "org.devassist.sandbox"
+#: Marks the backend's containers. Not the image's ``org.devassist.sandbox`` label: containers
+#: inherit their image's labels, so every container of the image carries that one.
+LABEL = "org.devassist.container"
 LABEL_HOST = "org.devassist.host"
 LABEL_PID = "org.devassist.pid"
 LABEL_EXPIRES = "org.devassist.expires_at"

@@ -301,3 +301,26 @@ def test_orphans_of_dead_processes_are_reaped(sandbox, sandbox_image):
         assert expired.id not in names
     finally:
         client.close()
+
+
+def test_containers_of_the_image_that_the_backend_did_not_start_are_not_reaped(
+    sandbox, sandbox_image
+):
+    # Containers inherit the image's labels (org.devassist.sandbox=1 among them): the reaper
+    # must still leave a container it did not create alone.
+    client = docker_client(timeout_s=10)
+    try:
+        bystander = client.containers.create(sandbox_image, command=["true"])
+        try:
+            assert (
+                client.api.inspect_container(bystander.id)["Config"]["Labels"][
+                    "org.devassist.sandbox"
+                ]
+                == "1"
+            )
+            sandbox.reap_orphans()
+            assert bystander.id in {entry["Id"] for entry in client.api.containers(all=True)}
+        finally:
+            bystander.remove(force=True)
+    finally:
+        client.close()
