@@ -5,8 +5,11 @@ cannot understand anything, but it keeps the product usable and testable end to 
 
 - a task with code to run (a fenced block, or the text after ``run:`` / ``execute:`` /
   ``执行：``) gets ``Action: tool:execute_code`` with the code;
+- otherwise, when the run may use ``search_docs`` and the default collection holds documents,
+  ``Action: tool:search_docs`` with the task as the query;
 - once an ``Observation:`` follows the task, it answers from it (the program's output, the
-  safety report, search results...);
+  safety report; for search results an extractive answer quoting the best passages with
+  numbered citations and a ``Sources:`` list);
 - anything else gets a final answer saying that no model is configured and what still works,
   in Chinese when the task is written in Chinese.
 """
@@ -21,18 +24,27 @@ import time
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
+import structlog
+from asgiref.sync import sync_to_async
+from django.conf import settings
+
+from agent.knowledge.answers import extractive_answer
+from agent.knowledge.store import collection_count
 from agent.llm.base import ChatMessage, LLMChunk, LLMResponse, Usage
 from agent.prompt import final_answer_prompt
+
+logger = structlog.get_logger(__name__)
 
 OBSERVATION_PREFIX = "Observation:"
 EXEC_TIMEOUT_S = 10
 #: Longest piece of tool output quoted in an answer.
 MAX_QUOTE_CHARS = 4000
-MAX_QUOTED_RESULTS = 3
 
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]")
 _FENCE = re.compile(r"```([^\n`]*)\n(.*?)```|```([^`\n]+)```", re.DOTALL)
 _PYTHON_FENCES = {"", "python", "py", "python3", "py3"}
+# How the system prompt lists a tool the run may call (agent.prompt.system_prompt).
+_SEARCH_TOOL_LINE = re.compile(r"^- search_docs:", re.MULTILINE)
 _MARKER = re.compile(r"(?:执行\s*[:：]|(?<![\w-])(?:execute|run)\s*:)", re.IGNORECASE)
 # Word-sized stream pieces: a run of non-space text, or one CJK character, with its trailing
 # space; leading whitespace on its own.
@@ -65,7 +77,8 @@ class OfflineProvider:
         ``asyncio.CancelledError`` when ``cancel`` is already set."""
         started = time.monotonic()
         _raise_if_cancelled(cancel)
-        content = _cut_at_stop(reply_for(messages), stop)
+        documents = await _documents_searchable(messages)
+        content = _cut_at_stop(reply_for(messages, documents=documents), stop)
         return LLMResponse(
             content=content,
             model=self.model,
@@ -94,12 +107,13 @@ class OfflineProvider:
         yield LLMChunk(response=response)
 
 
-def reply_for(messages: Sequence[ChatMessage]) -> str:
-    """The offline model's reply to a conversation, in the ReAct text protocol."""
+def reply_for(messages: Sequence[ChatMessage], *, documents: bool = False) -> str:
+    """The offline model's reply to a conversation, in the ReAct text protocol. ``documents``
+    says whether ``search_docs`` may be called and has something to search."""
     task, observation = _task_and_observation(messages)
     chinese = bool(_CJK.search(task))
     if observation is not None:
-        thought, answer = _answer_from(observation, chinese=chinese)
+        thought, answer = _answer_from(observation, question=task, chinese=chinese)
         return f"Thought: {thought}\nAction: final: {answer}"
     code = extract_code(task)
     if code:
@@ -107,6 +121,12 @@ def reply_for(messages: Sequence[ChatMessage]) -> str:
         return (
             "Thought: I will run the code with execute_code.\n"
             f"Action: tool:execute_code\nargs: {args}"
+        )
+    if documents and task.strip():
+        args = json.dumps({"query": " ".join(task.split())}, ensure_ascii=False)
+        return (
+            "Thought: I will look this up in the documentation with search_docs.\n"
+            f"Action: tool:search_docs\nargs: {args}"
         )
     return f"Thought: No language model is configured.\nAction: final: {_no_model(chinese)}"
 
@@ -162,7 +182,22 @@ def _task_and_observation(messages: Sequence[ChatMessage]) -> tuple[str, Any | N
     return task, observation
 
 
-def _answer_from(observation: Any, *, chinese: bool) -> tuple[str, str]:
+async def _documents_searchable(messages: Sequence[ChatMessage]) -> bool:
+    """Whether the run offers ``search_docs`` (its system prompt lists it) and the default
+    collection holds chunks. A store that cannot be read counts as no documents."""
+    if not any(m["role"] == "system" and _SEARCH_TOOL_LINE.search(m["content"]) for m in messages):
+        return False
+    try:
+        count = await sync_to_async(collection_count, thread_sensitive=False)(
+            settings.KNOWLEDGE_DEFAULT_COLLECTION
+        )
+    except Exception as exc:
+        logger.warning("offline_documents_check_failed", error=str(exc))
+        return False
+    return count > 0
+
+
+def _answer_from(observation: Any, *, question: str, chinese: bool) -> tuple[str, str]:
     """A thought and a final answer that report ``observation``."""
     if isinstance(observation, dict):
         report = _blocked_report(observation)
@@ -176,7 +211,12 @@ def _answer_from(observation: Any, *, chinese: bool) -> tuple[str, str]:
             return "The code ran.", _execution_answer(observation, chinese=chinese)
         results = observation.get("results")
         if isinstance(results, list):
-            return "I have the search results.", _results_answer(results, chinese=chinese)
+            message = observation.get("message")
+            if not results and isinstance(message, str) and message:
+                return "The search found nothing.", message
+            return "I have the search results.", extractive_answer(
+                question=question, results=results, chinese=chinese
+            )
         error = observation.get("error")
         if error:
             text = _error_text(error)
@@ -232,20 +272,6 @@ def _execution_answer(result: dict[str, Any], *, chinese: bool) -> str:
     if result.get("truncated"):
         parts.append(_t(chinese, "（输出过长，已截断。）", "(The output was truncated.)"))
     return "\n\n".join(parts)
-
-
-def _results_answer(results: list[Any], *, chinese: bool) -> str:
-    entries = [r for r in results if isinstance(r, dict)][:MAX_QUOTED_RESULTS]
-    if not entries:
-        return _t(chinese, "没有找到相关内容。", "Nothing relevant was found.")
-    quoted = []
-    for entry in entries:
-        content = _clip(str(entry.get("content") or "").strip(), MAX_QUOTE_CHARS // 4)
-        lines = "\n".join(f"> {line}" for line in content.splitlines() or [""])
-        source = entry.get("source") or _t(chinese, "未知来源", "unknown source")
-        quoted.append(f"{lines}\n({_t(chinese, '来源', 'source')}: {source})")
-    head = _t(chinese, "找到的相关内容：", "Here is what I found:")
-    return head + "\n\n" + "\n\n".join(quoted)
 
 
 def _no_model(chinese: bool) -> str:

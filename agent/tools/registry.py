@@ -38,7 +38,7 @@ from devassist.errors import ApiError, BadRequest, Conflict, NotFound
 logger = structlog.get_logger(__name__)
 
 #: Modules that each define one builtin tool as a module-level ``TOOL``.
-BUILTIN_TOOL_MODULES: tuple[str, ...] = ("agent.tools.execute_code",)
+BUILTIN_TOOL_MODULES: tuple[str, ...] = ("agent.tools.execute_code", "agent.tools.search_docs")
 
 #: What the model and the OpenAI function-calling API accept as a function name.
 TOOL_NAME_RE = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]{0,63}")
