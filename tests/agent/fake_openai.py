@@ -40,14 +40,29 @@ script; a reply is either a string (the assistant's content) or a dict:
 
 When the script runs out, the server answers 500 with a message saying so. Every request body is
 recorded in ``requests`` (and its headers in ``headers``).
+
+``POST /v1/embeddings`` (and ``/embeddings``) answers without a script: each input gets a
+deterministic unit vector, a signed hashed bag of its lower-cased words (``embedding_vector``), so
+texts that share words are close in cosine distance and the same text always gets the same
+vector. ``dimensions`` in the request sets the length (default ``EMBEDDING_DIMENSIONS``);
+``encoding_format: "base64"`` is honoured; ``usage`` counts one token per word. Failures are
+scripted apart from the chat replies, with ``.script_embeddings([...])``: each embeddings request
+first takes the next of those replies, a dict with the keys ``status``, ``message``, ``code``,
+``headers``, ``delay_s``, ``drop``, ``body`` and ``usage`` as above (``usage`` overrides the
+counted one); once they are used up, requests are answered normally. Embeddings requests are
+recorded in ``embedding_requests``, not in ``requests``.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
+import math
 import re
 import select
 import socket
+import struct
 import sys
 import threading
 import time
@@ -58,6 +73,10 @@ from typing import Any
 
 Reply = str | dict[str, Any]
 
+#: The length of the fake embedding vectors when a request does not ask for ``dimensions``.
+EMBEDDING_DIMENSIONS = 64
+EMBEDDING_PATHS = ("/v1/embeddings", "/embeddings")
+
 _DISCONNECTS = (BrokenPipeError, ConnectionResetError, ConnectionAbortedError, socket.timeout)
 
 
@@ -67,8 +86,10 @@ class FakeOpenAI:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._replies: list[Reply] = []
+        self._embedding_replies: list[dict[str, Any]] = []
         self._closing = threading.Event()
         self.requests: list[dict[str, Any]] = []
+        self.embedding_requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
         self.disconnects = 0
         self._server = _Server(("127.0.0.1", 0), _Handler)
@@ -89,6 +110,12 @@ class FakeOpenAI:
         """Replace the replies still to come with ``replies`` (answered in order)."""
         with self._lock:
             self._replies = list(replies)
+
+    def script_embeddings(self, replies: list[dict[str, Any]]) -> None:
+        """Replace the embeddings replies still to come (errors, delays, drops) with ``replies``;
+        requests beyond them are answered with computed vectors."""
+        with self._lock:
+            self._embedding_replies = [dict(reply) for reply in replies]
 
     @property
     def remaining(self) -> int:
@@ -133,6 +160,12 @@ class FakeOpenAI:
             ):
                 return reply
             return self._replies.pop(0)
+
+    def _record_embedding(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Record an embeddings request; the scripted reply it takes, or {} to answer it."""
+        with self._lock:
+            self.embedding_requests.append(body)
+            return self._embedding_replies.pop(0) if self._embedding_replies else {}
 
     def _disconnected(self) -> None:
         with self._lock:
@@ -180,6 +213,9 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""
+        if self.path.rstrip("/") in EMBEDDING_PATHS:
+            self._embeddings(raw)
+            return
         if self.path.rstrip("/") != "/v1/chat/completions":
             self._error(HTTPStatus.NOT_FOUND, f"no route for POST {self.path}", "not_found")
             return
@@ -225,6 +261,68 @@ class _Handler(BaseHTTPRequestHandler):
             self._stream(body, options)
         else:
             self._complete(body, options)
+
+    def _embeddings(self, raw: bytes) -> None:
+        try:
+            body = json.loads(raw or b"{}")
+        except ValueError:
+            self._error(HTTPStatus.BAD_REQUEST, "the request body is not JSON", "invalid_json")
+            return
+        options = self.fake._record_embedding(body)
+        if not self._wait(float(options.get("delay_s", 0))):
+            return
+        if options.get("drop"):
+            self._drop()
+            return
+        if "status" in options:
+            self._error(
+                HTTPStatus(options["status"]),
+                options.get("message", f"fake error {options['status']}"),
+                options.get("code", "fake_error"),
+                headers=options.get("headers"),
+            )
+            return
+        if "body" in options:
+            self._send(HTTPStatus.OK, options["body"].encode(), "application/json")
+            return
+        texts = body.get("input")
+        if isinstance(texts, str):
+            texts = [texts]
+        if not isinstance(texts, list) or not texts or not all(isinstance(t, str) for t in texts):
+            self._error(
+                HTTPStatus.BAD_REQUEST,
+                "'input' must be a string or a non-empty list of strings",
+                "invalid_request_error",
+            )
+            return
+        if any(not text for text in texts):
+            self._error(
+                HTTPStatus.BAD_REQUEST, "'input' cannot contain an empty string", "invalid_input"
+            )
+            return
+        dimensions = int(body.get("dimensions") or EMBEDDING_DIMENSIONS)
+        as_base64 = body.get("encoding_format") == "base64"
+        data = []
+        for index, text in enumerate(texts):
+            vector = embedding_vector(text, dimensions)
+            encoded: list[float] | str = (
+                base64.b64encode(struct.pack(f"<{dimensions}f", *vector)).decode()
+                if as_base64
+                else vector
+            )
+            data.append({"object": "embedding", "index": index, "embedding": encoded})
+        tokens = sum(len(_WORD.findall(text)) for text in texts)
+        usage = options.get("usage", {"prompt_tokens": tokens, "total_tokens": tokens})
+        self._json(
+            HTTPStatus.OK,
+            {
+                "object": "list",
+                "data": data,
+                "model": body.get("model", "fake-embedding-model"),
+                "usage": usage,
+            },
+            headers=options.get("headers"),
+        )
 
     def _complete(self, body: dict[str, Any], options: dict[str, Any]) -> None:
         content, finish_reason = _content(body, options)
@@ -360,6 +458,24 @@ class _Handler(BaseHTTPRequestHandler):
         except _DISCONNECTS:
             self.fake._disconnected()
             self.close_connection = True
+
+
+_WORD = re.compile(r"\w+")
+
+
+def embedding_vector(text: str, dimensions: int = EMBEDDING_DIMENSIONS) -> list[float]:
+    """The fake server's embedding of ``text``: each lower-cased word adds +1 or -1 at a position
+    both taken from its BLAKE2 hash, then the vector is scaled to unit length (a text without
+    words gets the first unit vector)."""
+    vector = [0.0] * dimensions
+    for word in _WORD.findall(text.lower()):
+        digest = hashlib.blake2b(word.encode(), digest_size=8).digest()
+        number = int.from_bytes(digest, "little")
+        vector[number % dimensions] += 1.0 if (number >> 32) & 1 else -1.0
+    norm = math.sqrt(sum(value * value for value in vector))
+    if norm == 0:
+        return [1.0] + [0.0] * (dimensions - 1)
+    return [value / norm for value in vector]
 
 
 def _content(body: dict[str, Any], options: dict[str, Any]) -> tuple[str, str]:

@@ -1,0 +1,310 @@
+"""A client for any OpenAI-compatible ``/embeddings`` endpoint (OpenAI, vLLM, Ollama, llama.cpp
+server, LM Studio, TEI...), on the official ``openai`` SDK.
+
+It is synchronous on purpose: its callers (ingestion, the ``Embeddings`` protocol of the
+knowledge package) are synchronous and run off the event loop, and a sync ``openai.OpenAI``
+client is thread-safe and tied to no event loop, so one client serves every thread of the
+process. Never call it from the event loop thread itself (use ``asyncio.to_thread``).
+
+Retries follow the chat provider's policy (``agent.llm.openai_provider``): connection errors,
+timeouts, 429 and 5xx are retried at most ``max_retries`` times with exponential backoff and
+jitter (a small ``Retry-After`` wins); every other failure is final at once. Each batch is
+retried on its own, so a long ingest does not start over because one request failed once.
+"""
+
+from __future__ import annotations
+
+import array
+import base64
+import random
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from http import HTTPStatus
+from typing import Any, TypeVar
+
+import openai
+import structlog
+
+from agent.llm.base import LLMTimeout, LLMUnavailable, Usage
+from agent.llm.openai_provider import (
+    DEFAULT_BASE_URL,
+    MAX_BACKOFF_S,
+    MAX_RETRY_AFTER_S,
+    _display_url,
+    _ms_since,
+    _reason,
+    _retry_after_s,
+    _server_message,
+)
+
+logger = structlog.get_logger(__name__)
+
+T = TypeVar("T")
+
+#: The OpenAI API takes at most 2048 inputs per request; local servers often far fewer.
+MAX_BATCH_SIZE = 2048
+
+_STATUS_HINTS = {
+    401: "check EMBEDDINGS_API_KEY",
+    403: "check EMBEDDINGS_API_KEY and the key's permissions",
+    404: "check EMBEDDINGS_MODEL, and that EMBEDDINGS_BASE_URL ends with /v1",
+}
+
+
+@dataclass(frozen=True)
+class EmbeddingsResponse:
+    """The vectors of one ``embed()`` call, in the order of its texts.
+
+    ``usage.prompt_tokens`` is summed over the requests (0 where the server reports none);
+    ``requests`` counts the HTTP requests that succeeded (one per batch); ``latency_ms`` is the
+    whole call, retries and backoff included, on a monotonic clock.
+    """
+
+    vectors: list[list[float]]
+    model: str
+    usage: Usage
+    requests: int
+    latency_ms: int
+
+
+class OpenAIEmbeddingsClient:
+    """Embeds texts through an OpenAI-compatible ``POST {base_url}/embeddings``.
+
+    ``timeout_s`` bounds connecting and each wait for data of one request; ``max_retries`` is the
+    number of extra attempts per batch after the first; ``backoff_s`` is the first backoff delay,
+    doubled per retry up to 8 s, with jitter; ``batch_size`` is the number of texts per request
+    (1-2048); ``dimensions`` asks models that support it (``text-embedding-3-*``) for shorter
+    vectors and is not sent when None.
+    """
+
+    def __init__(
+        self,
+        *,
+        base_url: str | None,
+        api_key: str | None,
+        model: str,
+        timeout_s: float = 30.0,
+        max_retries: int = 2,
+        batch_size: int = 64,
+        dimensions: int | None = None,
+        backoff_s: float = 0.5,
+    ) -> None:
+        if not model:
+            raise ValueError("an embeddings model name is required (EMBEDDINGS_MODEL)")
+        self.base_url = (base_url or DEFAULT_BASE_URL).rstrip("/")
+        self.model = model
+        self.timeout_s = float(timeout_s)
+        self.max_retries = max(0, int(max_retries))
+        self.batch_size = min(MAX_BATCH_SIZE, max(1, int(batch_size)))
+        self.dimensions = int(dimensions) if dimensions else None
+        self.backoff_s = float(backoff_s)
+        self._secret = api_key or ""
+        self._display_url = _display_url(self.base_url)
+        # Retries are ours (see the module docstring), so the SDK's are off.
+        self._client = openai.OpenAI(
+            base_url=self.base_url,
+            api_key=api_key or "not-needed",
+            timeout=self.timeout_s,
+            max_retries=0,
+        )
+
+    def describe(self) -> dict[str, Any]:
+        """What to show people about this client: model and endpoint (never the key)."""
+        return {"provider": "openai", "model": self.model, "base_url": self._display_url}
+
+    def embed(self, texts: Sequence[str]) -> EmbeddingsResponse:
+        """The embedding of every text, in order, requested ``batch_size`` texts at a time.
+
+        Blank texts are sent as a single space (the OpenAI API refuses empty input). Blocks
+        until every batch is answered; raises ``LLMUnavailable`` (unreachable endpoint, HTTP
+        error, malformed answer) or ``LLMTimeout`` once a batch has used up its retries, and
+        the vectors of earlier batches are then discarded.
+        """
+        started = time.monotonic()
+        inputs = [text if text.strip() else " " for text in texts]
+        vectors: list[list[float]] = []
+        prompt_tokens = 0
+        model = self.model
+        requests = 0
+        for offset in range(0, len(inputs), self.batch_size):
+            batch = inputs[offset : offset + self.batch_size]
+            batch_vectors, batch_tokens, model = self._embed_batch(batch, started)
+            vectors.extend(batch_vectors)
+            prompt_tokens += batch_tokens
+            requests += 1
+        dimensions = {len(vector) for vector in vectors}
+        if len(dimensions) > 1:
+            raise self._logged(
+                LLMUnavailable(
+                    f"The embeddings endpoint at {self._display_url} answered vectors of "
+                    f"different lengths ({', '.join(map(str, sorted(dimensions)))}).",
+                    details=self._details(None, 1),
+                ),
+                started,
+                1,
+            )
+        response = EmbeddingsResponse(
+            vectors=vectors,
+            model=model,
+            usage=Usage(prompt_tokens=prompt_tokens),
+            requests=requests,
+            latency_ms=_ms_since(started),
+        )
+        logger.info(
+            "embeddings_call_finished",
+            model=model,
+            inputs=len(inputs),
+            requests=requests,
+            dimensions=len(vectors[0]) if vectors else 0,
+            prompt_tokens=prompt_tokens,
+            latency_ms=response.latency_ms,
+        )
+        return response
+
+    def _embed_batch(self, batch: list[str], started: float) -> tuple[list[list[float]], int, str]:
+        """One request: the batch's vectors in input order, its prompt tokens and the model."""
+        params: dict[str, Any] = {"model": self.model, "input": batch, "encoding_format": "float"}
+        if self.dimensions:
+            params["dimensions"] = self.dimensions
+        attempts = 0
+
+        def create() -> Any:
+            nonlocal attempts
+            attempts += 1
+            return self._client.embeddings.create(**params)
+
+        answer = self._with_retries(create, started=started)
+        try:
+            items = sorted(answer.data, key=lambda item: item.index)
+            if [item.index for item in items] != list(range(len(batch))):
+                raise ValueError(f"{len(items)} embeddings for {len(batch)} inputs")
+            vectors = [_vector(item.embedding) for item in items]
+            if not all(vectors):
+                raise ValueError("an empty embedding")
+            usage = answer.usage
+            tokens = int(getattr(usage, "prompt_tokens", 0) or 0) if usage is not None else 0
+            model = str(answer.model or self.model)
+        except (AttributeError, TypeError, ValueError) as exc:
+            raise self._logged(
+                LLMUnavailable(
+                    f"The embeddings endpoint at {self._display_url} sent a malformed answer: "
+                    f"{self._redact(str(exc)) or type(exc).__name__}",
+                    details=self._details(None, attempts),
+                ),
+                started,
+                attempts,
+            ) from exc
+        return vectors, tokens, model
+
+    def _with_retries(self, call: Callable[[], T], *, started: float) -> T:
+        """``call()`` with up to ``max_retries`` retries of the retryable failures; raises the
+        mapped ``LLMUnavailable`` / ``LLMTimeout`` (already logged)."""
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                return call()
+            except (openai.OpenAIError, ValueError) as exc:
+                delay = self._retry_delay(exc, attempt)
+                if delay is None:
+                    raise self._logged(self._error(exc, attempt), started, attempt) from exc
+                logger.info(
+                    "embeddings_call_retrying",
+                    model=self.model,
+                    attempt=attempt,
+                    delay_s=round(delay, 3),
+                    reason=_reason(exc),
+                )
+                time.sleep(delay)
+
+    def _retry_delay(self, exc: Exception, attempt: int) -> float | None:
+        """Seconds to wait before the next attempt, or None when ``exc`` is final."""
+        if attempt > self.max_retries:
+            return None
+        if isinstance(exc, openai.APIStatusError):
+            status = exc.status_code
+            if status != HTTPStatus.TOO_MANY_REQUESTS and status < 500:
+                return None
+            retry_after = _retry_after_s(exc)
+            if retry_after is not None and 0 <= retry_after <= MAX_RETRY_AFTER_S:
+                return retry_after
+        elif not isinstance(exc, openai.APIConnectionError):  # includes APITimeoutError
+            return None
+        backoff = min(MAX_BACKOFF_S, self.backoff_s * 2 ** (attempt - 1))
+        return backoff / 2 + random.uniform(0, backoff / 2)  # noqa: S311 - jitter, not secrecy
+
+    def _error(self, exc: Exception, attempts: int) -> LLMUnavailable | LLMTimeout:
+        """The domain error for an SDK failure: what happened, the status and the server's own
+        message, never the API key."""
+        where = self._display_url
+        tried = f" (after {attempts} attempts)" if attempts > 1 else ""
+        if isinstance(exc, openai.APITimeoutError):
+            return LLMTimeout(
+                f"The embeddings endpoint at {where} did not answer within "
+                f"{self.timeout_s:g} s{tried}.",
+                details=self._details(None, attempts),
+            )
+        if isinstance(exc, openai.APIConnectionError):
+            cause = exc.__cause__ or exc.__context__
+            why = f": {self._redact(str(cause))}" if cause and str(cause) else "."
+            return LLMUnavailable(
+                f"Could not reach the embeddings endpoint at {where}{tried}{why}",
+                details=self._details(None, attempts),
+            )
+        if isinstance(exc, openai.APIStatusError):
+            status = exc.status_code
+            try:
+                phrase = f"{status} {HTTPStatus(status).phrase}"
+            except ValueError:
+                phrase = str(status)
+            message = f"The embeddings endpoint at {where} answered {phrase}{tried}"
+            server_message = _server_message(exc.body)
+            if server_message:
+                message += f": {self._redact(server_message)}"
+            hint = _STATUS_HINTS.get(status)
+            if hint:
+                message += f" ({hint})"
+            return LLMUnavailable(message, details=self._details(status, attempts))
+        return LLMUnavailable(
+            f"The embeddings endpoint at {where} sent a malformed answer: "
+            f"{self._redact(str(exc)) or type(exc).__name__}",
+            details=self._details(None, attempts),
+        )
+
+    def _details(self, status: int | None, attempts: int) -> dict[str, Any]:
+        return {"status": status, "base_url": self._display_url, "attempts": attempts}
+
+    def _redact(self, text: str) -> str:
+        if len(self._secret) >= 4:
+            text = text.replace(self._secret, "[redacted]")
+        return text[:1000]
+
+    def _logged(
+        self, error: LLMUnavailable | LLMTimeout, started: float, attempts: int
+    ) -> LLMUnavailable | LLMTimeout:
+        logger.warning(
+            "embeddings_call_failed",
+            model=self.model,
+            code=error.code,
+            status=error.details.get("status"),
+            attempt=attempts,
+            latency_ms=_ms_since(started),
+            error=error.message,
+        )
+        return error
+
+
+def _vector(embedding: object) -> list[float]:
+    """A float list from an answer's ``embedding``: a list of numbers, or the base64 of
+    little-endian float32 values that some servers send whatever ``encoding_format`` says."""
+    if isinstance(embedding, str):
+        values = array.array("f")
+        values.frombytes(base64.b64decode(embedding, validate=True))
+        if sys.byteorder != "little":
+            values.byteswap()
+        return values.tolist()
+    if not isinstance(embedding, list):
+        raise TypeError(f"an embedding of type {type(embedding).__name__}")
+    return [float(value) for value in embedding]
