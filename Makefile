@@ -10,12 +10,18 @@ RUN_ENV := DEBUG=$${DEBUG:-1}
 # The test suite runs on PostgreSQL; point TEST_DATABASE_URL elsewhere if needed.
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/devassist
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/0
+# torch is installed before the project: sentence-transformers (the local-embeddings extra, part
+# of dev) needs it, and left to itself pip takes the CUDA build, several GB. 2.13.0 resolves to
+# the CPU wheel in this machine's wheelhouse (pip.conf find-links); elsewhere, for example:
+# make install TORCH_SPEC='torch --index-url https://download.pytorch.org/whl/cpu'
+TORCH_SPEC ?= torch==2.13.0
 
 .PHONY: run test lint format typecheck install clean
 
 $(BIN)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet $(TORCH_SPEC)
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $@
 
