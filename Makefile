@@ -30,6 +30,8 @@ install: $(BIN)/.installed
 run: $(BIN)/.installed
 	$(RUN_ENV) $(BIN)/python manage.py migrate --noinput
 	$(RUN_ENV) $(BIN)/python manage.py ensure_demo_user
+	@# The project's own documentation, searchable at once (unchanged files are skipped).
+	$(RUN_ENV) $(BIN)/python manage.py ingest_docs README.md docs --collection devassist_docs
 	@# Code execution needs the sandbox image; without a Docker engine DevAssist runs without it.
 	$(RUN_ENV) $(BIN)/python manage.py sandbox_image build \
 		|| echo "warning: no sandbox image, code execution is unavailable (see docs/sandbox-image.md)"
