@@ -217,6 +217,16 @@ EMBEDDINGS: dict[str, Any] = {
         "model": env_str("EMBEDDINGS_MODEL"),
         "base_url": env_str("EMBEDDINGS_BASE_URL"),
         "api_key": env_str("EMBEDDINGS_API_KEY"),
+        # The openai backend: per-request timeout, retries of connection errors, 429 and 5xx,
+        # texts per request, and shorter vectors (0: the model's own length).
+        "timeout_s": env_float("EMBEDDINGS_TIMEOUT_S", 30.0),
+        "max_retries": env_int("EMBEDDINGS_MAX_RETRIES", 2),
+        "batch_size": env_int("EMBEDDINGS_BATCH_SIZE", 64),
+        "dimensions": env_int("EMBEDDINGS_DIMENSIONS", 0) or None,
+        # The sentence-transformers backend: torch device, and whether a model name missing
+        # from the local Hugging Face cache may be downloaded (never, by default).
+        "device": env_str("EMBEDDINGS_DEVICE", "cpu"),
+        "allow_download": env_bool("EMBEDDINGS_ALLOW_DOWNLOAD", default=False),
     },
 }
 KNOWLEDGE_DEFAULT_COLLECTION = env_str("KNOWLEDGE_DEFAULT_COLLECTION", "devassist_docs")

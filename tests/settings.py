@@ -24,6 +24,12 @@ for name in (
     "EMBEDDINGS_MODEL",
     "EMBEDDINGS_BASE_URL",
     "EMBEDDINGS_API_KEY",
+    "EMBEDDINGS_TIMEOUT_S",
+    "EMBEDDINGS_MAX_RETRIES",
+    "EMBEDDINGS_BATCH_SIZE",
+    "EMBEDDINGS_DIMENSIONS",
+    "EMBEDDINGS_DEVICE",
+    "EMBEDDINGS_ALLOW_DOWNLOAD",
 ):
     os.environ.pop(name, None)
 # Chroma and the BM25 indexes never touch the repository's var/.
