@@ -1,0 +1,53 @@
+"""Collection-level reads and removal (the collections API's services)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import structlog
+
+from agent.knowledge import bm25
+from agent.knowledge.store import (
+    CollectionNotFound,
+    collection_delete,
+    collection_names,
+    get_records,
+    open_collection,
+)
+
+logger = structlog.get_logger(__name__)
+
+__all__ = ["CollectionInfo", "collection_list", "collection_remove"]
+
+
+@dataclass(frozen=True)
+class CollectionInfo:
+    """A collection: how many chunks it holds and from how many documents (sources)."""
+
+    name: str
+    chunks: int
+    documents: int
+
+
+def collection_list() -> list[CollectionInfo]:
+    """Every collection, by name. Collections built with another embeddings backend are listed
+    too (searching them asks for a re-ingest)."""
+    infos = []
+    for name in collection_names():
+        try:
+            target = open_collection(name)
+        except CollectionNotFound:
+            continue  # deleted meanwhile
+        except Exception:
+            logger.warning("collection_unreadable", collection=name)
+            continue
+        records = get_records(target, documents=False)
+        sources = {str(r.metadata.get("source", "")) for r in records}
+        infos.append(CollectionInfo(name=name, chunks=len(records), documents=len(sources)))
+    return infos
+
+
+def collection_remove(*, name: str) -> None:
+    """Delete collection ``name`` and its BM25 index. Raises ``CollectionNotFound``."""
+    collection_delete(name)
+    bm25.drop_index(name)
