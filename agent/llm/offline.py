@@ -29,7 +29,6 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 
 from agent.knowledge.answers import extractive_answer
-from agent.knowledge.store import collection_count
 from agent.llm.base import ChatMessage, LLMChunk, LLMResponse, Usage
 from agent.prompt import final_answer_prompt
 
@@ -187,6 +186,9 @@ async def _documents_searchable(messages: Sequence[ChatMessage]) -> bool:
     collection holds chunks. A store that cannot be read counts as no documents."""
     if not any(m["role"] == "system" and _SEARCH_TOOL_LINE.search(m["content"]) for m in messages):
         return False
+    # Imported here: chromadb takes seconds to import, and most runs never get this far.
+    from agent.knowledge.store import collection_count
+
     try:
         count = await sync_to_async(collection_count, thread_sensitive=False)(
             settings.KNOWLEDGE_DEFAULT_COLLECTION

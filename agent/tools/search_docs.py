@@ -14,8 +14,6 @@ from typing import Any
 
 from django.conf import settings
 
-from agent.knowledge.search import search
-from agent.knowledge.store import CollectionInvalid, CollectionNotFound, collection_names
 from agent.tools.registry import Tool, ToolContext
 
 DEFAULT_TOP_K = 5
@@ -88,6 +86,11 @@ def search_docs(args: dict[str, Any], context: ToolContext) -> dict[str, Any]:
     """Run the search (sync: the registry calls it in a worker thread, off the event loop).
     Raises only when the search itself cannot work (``EmbeddingsMismatch``,
     ``EmbeddingsUnavailable``), which the registry reports as ``tool_failed``."""
+    # chromadb takes seconds to import: only processes that search pay for it, not every
+    # process that builds the tool registry.
+    from agent.knowledge.search import search
+    from agent.knowledge.store import CollectionInvalid, CollectionNotFound, collection_names
+
     query = " ".join(str(args["query"]).split())
     top_k = int(args.get("top_k", DEFAULT_TOP_K))
     collection = str(args.get("collection_name") or settings.KNOWLEDGE_DEFAULT_COLLECTION)

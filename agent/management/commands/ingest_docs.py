@@ -44,7 +44,7 @@ class Command(BaseCommand):
                 # tqdm redraws one line with "\r"; Django's OutputWrapper would add a newline
                 # to every write, so the bar goes to the stream underneath.
                 stream = getattr(self.stderr, "_out", sys.stderr)
-                bar = tqdm(total=total, unit="file", desc="Ingesting", file=stream)
+                bar = tqdm(total=total, unit="file", desc="Ingesting", file=stream, disable=None)
             bar.update(done - bar.n)
 
         try:
