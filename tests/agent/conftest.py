@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
+from agent.knowledge.embeddings import get_embeddings
 from agent.llm.openai_provider import OpenAIProvider
 from tests.agent.fake_openai import FakeOpenAI
 
@@ -30,3 +33,13 @@ def openai_provider(fake_openai: FakeOpenAI) -> OpenAIProvider:
         max_retries=2,
         backoff_s=0.01,
     )
+
+
+@pytest.fixture
+def knowledge(settings: Any, tmp_path: Path) -> Iterator[Path]:
+    """Chroma and the BM25 indexes in a fresh directory of their own, with the default
+    (lexical) embeddings; yields that directory."""
+    settings.CHROMA_PATH = tmp_path / "chroma"
+    get_embeddings.cache_clear()
+    yield settings.CHROMA_PATH
+    get_embeddings.cache_clear()
