@@ -11,9 +11,12 @@ from functools import partial
 from typing import Any
 
 import structlog
+from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
+from django.db import transaction
 
 from agent.models import AgentRun, RunEvent
+from devassist.db import commit_without_flush_wait
 from devassist.follow import LogFollower
 
 logger = structlog.get_logger(__name__)
@@ -45,7 +48,7 @@ class RunEvents:
     async def _emit(self, type_: str, payload: dict[str, Any]) -> dict[str, Any]:
         self.seq += 1
         event = {"type": type_, **payload}
-        await RunEvent.objects.acreate(run_id=self.run_id, seq=self.seq, type=type_, payload=event)
+        await _store_event(self.run_id, self.seq, type_, event)
         layer = get_channel_layer()
         if layer is not None:
             try:
@@ -71,6 +74,13 @@ class RunEvents:
         if self._delta:
             text, self._delta = self._delta, ""
             await self._emit("delta", {"content": text})
+
+
+@sync_to_async
+def _store_event(run_id: uuid.UUID, seq: int, type_: str, event: dict[str, Any]) -> None:
+    with transaction.atomic():
+        commit_without_flush_wait()
+        RunEvent.objects.create(run_id=run_id, seq=seq, type=type_, payload=event)
 
 
 async def logged_events(

@@ -147,6 +147,9 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("MAX_REQUEST_BYTES", 10 * 1024 * 1024)
 TRACE_BATCH_MAX_STEPS = 1000
 TRACE_NODE_WINDOW_MAX = 500
 TRACE_EVENT_PAGE_MAX = 1000
+# A running agent's steps and events commit without waiting for the disk flush (PostgreSQL
+# synchronous_commit=off per transaction); a run's end commits durably (devassist/db.py).
+ASYNC_COMMIT_RUN_WRITES = env_bool("ASYNC_COMMIT_RUN_WRITES", default=True)
 
 # Docker engine for the sandbox and /healthz; empty means docker-py's default (DOCKER_HOST or
 # the local socket).

@@ -32,7 +32,17 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 from django.utils.module_loading import import_string
 
+from devassist.db import commit_without_flush_wait
 from devassist.errors import BadRequest, Conflict, NotFound, PayloadTooLarge
+from traces import compiled
+from traces.compiled import (
+    PLACEHOLDER_STEP,
+    PLACEHOLDER_TRACE,
+    PLACEHOLDER_USER,
+    CompiledSelect,
+    bind,
+    placeholder_ids,
+)
 from traces.models import (
     FINAL_TRACE_STATUSES,
     Step,
@@ -327,6 +337,9 @@ def _apply_deltas(trace_id: uuid.UUID, deltas: dict[int, _Delta]) -> None:
             cursor.execute(sql, [*params, trace_value])
 
 
+_STEP_TYPES = frozenset(StepType.values)
+_STEP_STATUSES = frozenset(StepStatus.values)
+
 #: The trace counters every write may change.
 _TRACE_COUNTERS = ["last_seq", "total_tokens", "total_cost", "error_count"]
 
@@ -345,8 +358,34 @@ def _check_changes(changes: dict[str, Any]) -> None:
         raise InvalidStep(f"Unknown status {changes['status']!r}.")
 
 
+@lru_cache(maxsize=2)
+def _lock_query(vendor: str) -> CompiledSelect:
+    return CompiledSelect.of(
+        Trace.objects.select_for_update().filter(pk=PLACEHOLDER_TRACE).order_by()
+    )
+
+
+@lru_cache(maxsize=64)
+def _nodes_query(vendor: str, count: int) -> CompiledSelect:
+    """Where steps sit in their trees: enough of a step to be a parent."""
+    return CompiledSelect.of(
+        Step.objects.filter(pk__in=placeholder_ids(count))
+        .only("id", "trace_id", "seq", "depth", "path")
+        .order_by()
+    )
+
+
+@lru_cache(maxsize=2)
+def _step_query(vendor: str) -> CompiledSelect:
+    return CompiledSelect.of(
+        Step.objects.filter(trace_id=PLACEHOLDER_TRACE, pk=PLACEHOLDER_STEP).order_by()
+    )
+
+
 def _locked_running_trace(trace_id: uuid.UUID) -> Trace:
-    trace = Trace.objects.select_for_update().filter(pk=trace_id).first()
+    """The trace, locked until the transaction ends; raises unless it is running."""
+    found = _lock_query(connection.vendor).instances(Trace, {PLACEHOLDER_TRACE: trace_id})
+    trace = found[0] if found else None
     if trace is None:
         raise TraceNotFound(f"Trace {trace_id} does not exist.")
     if not trace.is_running:
@@ -367,41 +406,32 @@ def _step_event(event: str, seq: int, trace: Trace, **payload: Any) -> TraceEven
 # queries (nine SQL expressions each) costs Django about 2 ms apiece on a small machine, more
 # than running them. Their compact forms are compiled once per shape, with placeholders for the
 # ids, and run again with the real ones.
-_TRACE = uuid.UUID("00000000-0000-4000-8000-0000000a11ce")
-_STEP = uuid.UUID("00000000-0000-4000-8000-000000000b0b")
-_USER = -424_242
 
 
 @lru_cache(maxsize=256)
 def _compiled_window(kind: str, restricted: bool, offset: int, limit: int) -> tuple[str, tuple]:
     """SQL and parameters of the compact ``node`` row, or a window of ``roots`` or
     ``children``, with the placeholders in the parameters."""
-    steps = Step.objects.filter(trace_id=_TRACE)
+    steps = Step.objects.filter(trace_id=PLACEHOLDER_TRACE)
     if kind == "node":
-        rows = steps.filter(pk=_STEP)
+        rows = steps.filter(pk=PLACEHOLDER_STEP)
         if restricted:
-            rows = rows.filter(trace__user_id=_USER)
+            rows = rows.filter(trace__user_id=PLACEHOLDER_USER)
     elif kind == "roots":
         rows = steps.filter(parent__isnull=True).order_by("seq")
     else:
-        rows = steps.filter(parent_id=_STEP).order_by("seq")
+        rows = steps.filter(parent_id=PLACEHOLDER_STEP).order_by("seq")
     sql, params = step_values(rows)[offset : offset + limit].query.sql_with_params()
     return sql, tuple(params)
 
 
-def _run_compiled(compiled: tuple[str, tuple], binding: dict[Any, Any]) -> list[dict[str, Any]]:
-    """Run a ``_compiled_window`` with the placeholders replaced by ``binding``'s values (in
-    the form the database got them: a UUID, or its hex digits on SQLite)."""
-    sql, params = compiled
-    values: dict[Any, Any] = {}
-    for placeholder, value in binding.items():
-        values[placeholder] = value
-        if isinstance(placeholder, uuid.UUID):
-            values[placeholder.hex] = value.hex if isinstance(value, uuid.UUID) else value
-            values[str(placeholder)] = str(value)
-    bound = [values.get(p, p) if isinstance(p, (uuid.UUID, str, int)) else p for p in params]
+def _run_compiled(
+    compiled_window: tuple[str, tuple], binding: dict[Any, Any]
+) -> list[dict[str, Any]]:
+    """Run a ``_compiled_window`` with the stand-ins replaced by ``binding``'s values."""
+    sql, params = compiled_window
     with connection.cursor() as cursor:
-        cursor.execute(sql, bound)
+        cursor.execute(sql, bind(params, binding))
         names = [column[0] for column in cursor.description]
         return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
 
@@ -553,14 +583,15 @@ class OrmTraceStore:
             return AddedSteps(steps=[], created=0), []
         committed: list[dict[str, Any]] = []
         with transaction.atomic():
+            commit_without_flush_wait()
             trace = _locked_running_trace(trace_id)
             stored, new_steps, events = self._build_batch(trace, steps)
-            Step.objects.bulk_create(new_steps, batch_size=500)
+            compiled.insert(new_steps)
             for step_id, changes in updates.items():
                 events.append(self._update_locked(trace, step_id, changes)[1])
-            TraceEvent.objects.bulk_create(events, batch_size=500)
+            compiled.insert(events)
             if events:
-                trace.save(update_fields=[*_TRACE_COUNTERS, "total_steps", "root_count"])
+                compiled.update(trace, [*_TRACE_COUNTERS, "total_steps", "root_count"])
             payload = [event_dict(event) for event in events]
             transaction.on_commit(lambda: committed.extend(payload))
         if new_steps:
@@ -574,9 +605,18 @@ class OrmTraceStore:
         if len(ids) != len(set(ids)):
             raise InvalidStep("A step id appears twice in the batch.")
         # One query for the re-sent ids and the parents named from outside the batch.
-        wanted = set(ids) | {item.parent_id for item in items if item.parent_id is not None}
-        found = {s.id: s for s in Step.objects.filter(id__in=wanted)}
-        existing = {step_id: found[step_id] for step_id in ids if step_id in found}
+        wanted = list(dict.fromkeys([*ids, *(item.parent_id for item in items if item.parent_id)]))
+        found: dict[uuid.UUID, Step] = {}
+        if wanted:
+            nodes = _nodes_query(connection.vendor, len(wanted)).instances(
+                Step, dict(zip(placeholder_ids(len(wanted)), wanted, strict=True))
+            )
+            found = {node.id: node for node in nodes}
+        resent = [step_id for step_id in ids if step_id in found]
+        if resent:
+            # Re-sent ids are given back whole, as stored.
+            found.update((s.id, s) for s in Step.objects.filter(id__in=resent))
+        existing = {step_id: found[step_id] for step_id in resent}
         foreign = [str(sid) for sid, s in existing.items() if s.trace_id != trace.id]
         if foreign:
             raise StepIdConflict(
@@ -599,11 +639,11 @@ class OrmTraceStore:
             if item.id in existing:
                 stored.append(existing[item.id])
                 continue
-            if item.step_type not in StepType.values:
+            if item.step_type not in _STEP_TYPES:
                 raise InvalidStep(
                     f"Unknown step_type {item.step_type!r}.", details={"index": index}
                 )
-            if item.status not in StepStatus.values:
+            if item.status not in _STEP_STATUSES:
                 raise InvalidStep(f"Unknown status {item.status!r}.", details={"index": index})
             parent = self._parent_for(trace, item, index, parents)
             trace.last_seq += 1
@@ -705,10 +745,11 @@ class OrmTraceStore:
         _check_changes(changes)
         committed: list[dict[str, Any]] = []
         with transaction.atomic():
+            commit_without_flush_wait()
             trace = _locked_running_trace(trace_id)
             step, event = self._update_locked(trace, step_id, changes)
-            trace.save(update_fields=_TRACE_COUNTERS)
-            event.save()
+            compiled.update(trace, _TRACE_COUNTERS)
+            compiled.insert([event])
             payload = [event_dict(event)]
             transaction.on_commit(lambda: committed.extend(payload))
         return step, committed
@@ -719,7 +760,10 @@ class OrmTraceStore:
         """Apply checked ``changes`` to a step of the locked ``trace``: the step, its ancestors'
         rollups and the trace totals (the caller saves the trace), and the (unsaved)
         ``step_updated`` event with the next seq."""
-        step = Step.objects.filter(trace=trace, pk=step_id).first()
+        found = _step_query(connection.vendor).instances(
+            Step, {PLACEHOLDER_TRACE: trace.id, PLACEHOLDER_STEP: step_id}
+        )
+        step = found[0] if found else None
         if step is None:
             raise StepNotFound(f"Step {step_id} does not exist in trace {trace.id}.")
         was_error = 1 if step.is_error else 0
@@ -754,7 +798,7 @@ class OrmTraceStore:
             trace.total_tokens += delta.tokens
             trace.total_cost += delta.cost
             trace.error_count += delta.errors
-        step.save(update_fields=sorted(updated))
+        compiled.update(step, updated)
         trace.last_seq += 1
         row = step_dict(step)
         shown = updated - {"data"} | ({"data_preview"} if "data" in changes else set())
@@ -821,7 +865,11 @@ class OrmTraceStore:
         steps = Step.objects.filter(trace_id=trace_id)
         viewer_pk = None if viewer is None or viewer.is_staff else viewer.pk
         restricted = viewer_pk is not None
-        binding = {_TRACE: trace_id, _STEP: step_id, _USER: viewer_pk}
+        binding = {
+            PLACEHOLDER_TRACE: trace_id,
+            PLACEHOLDER_STEP: step_id,
+            PLACEHOLDER_USER: viewer_pk,
+        }
         node: dict[str, Any] | None = None
         if step_id is None:
             total = traces.values_list("root_count", flat=True).first()
