@@ -22,10 +22,19 @@ from sentence_transformers import SentenceTransformer
 from sentence_transformers.sentence_transformer.modules import Pooling, Transformer
 from transformers import BertConfig, BertModel, BertTokenizer
 
-from agent.knowledge.embeddings import Embeddings, EmbeddingsUnavailable, get_embeddings
+from agent.knowledge import bm25
+from agent.knowledge.embeddings import (
+    Embeddings,
+    EmbeddingsMismatch,
+    EmbeddingsUnavailable,
+    get_embeddings,
+)
 from agent.knowledge.embeddings import sentence_transformers as st_backend
 from agent.knowledge.embeddings.openai import OpenAIEmbeddings
 from agent.knowledge.embeddings.sentence_transformers import SentenceTransformerEmbeddings
+from agent.knowledge.ingest import ingest_paths
+from agent.knowledge.search import RRF_K, search
+from agent.knowledge.store import get_records, open_collection
 from agent.llm import LLMTimeout, LLMUnavailable
 from agent.llm.embeddings import OpenAIEmbeddingsClient
 from tests.agent.conftest import TEST_API_KEY
@@ -304,6 +313,89 @@ def test_get_embeddings_builds_the_openai_backend_from_settings(fake_openai: Fak
 
     assert isinstance(backend, OpenAIEmbeddings)
     assert vector == pytest.approx(embedding_vector("hello"))
+
+
+# -- hybrid retrieval end to end -------------------------------------------------------------
+
+
+def openai_embeddings_config(fake: FakeOpenAI) -> dict[str, Any]:
+    return {
+        "BACKEND": "agent.knowledge.embeddings.openai.OpenAIEmbeddings",
+        "OPTIONS": {"model": "fake-embedding", "base_url": fake.base_url, "api_key": None},
+    }
+
+
+@pytest.fixture
+def knowledge_on(fake_openai: FakeOpenAI, tmp_path: Path) -> Iterator[Path]:
+    """Chroma and the BM25 indexes in a temporary directory, embeddings from ``fake_openai``;
+    yields a directory of documents to ingest."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for number, text in enumerate(DOCS):
+        (docs / f"doc{number}.md").write_text(f"# Note {number}\n\n{text}\n")
+    get_embeddings.cache_clear()
+    with override_settings(
+        CHROMA_PATH=tmp_path / "chroma", EMBEDDINGS=openai_embeddings_config(fake_openai)
+    ):
+        yield docs
+    get_embeddings.cache_clear()
+
+
+def test_hybrid_search_fuses_dense_and_bm25_rankings(
+    fake_openai: FakeOpenAI, knowledge_on: Path
+) -> None:
+    query = "How do I configure the sandbox memory?"
+    summary = ingest_paths(paths=[knowledge_on], collection="hybrid_docs")
+    records = get_records(open_collection("hybrid_docs"))
+
+    results = search(query=query, top_k=len(records), collection="hybrid_docs")
+
+    assert summary.chunks_written == len(records) == len(DOCS)
+    embedded = [text for r in fake_openai.embedding_requests for text in r["input"]]
+    assert sorted(embedded[:-1]) == sorted(record.text for record in records)
+    assert embedded[-1] == query
+    # The dense ranking, computed here from the fake server's vectors: all records (the search
+    # goes max(4 * top_k, 20) deep), nearest first.
+    query_vector = embedding_vector(query)
+    distances = {r.id: 1 - cosine(query_vector, embedding_vector(r.text)) for r in records}
+    dense_ranks = {
+        record_id: rank
+        for rank, record_id in enumerate(sorted(distances, key=distances.__getitem__), start=1)
+    }
+    lexical = bm25.index_for(open_collection("hybrid_docs")).top(query, k=len(records))
+    bm25_ranks = {record_id: rank for rank, (record_id, _) in enumerate(lexical, start=1)}
+    expected = {
+        record_id: 1 / (RRF_K + dense_ranks[record_id])
+        + (1 / (RRF_K + bm25_ranks[record_id]) if record_id in bm25_ranks else 0.0)
+        for record_id in distances
+    }
+    assert {r.id: r.score for r in results} == pytest.approx(expected)
+    assert [r.score for r in results] == sorted((r.score for r in results), reverse=True)
+    for result in results:
+        assert result.vector_distance == pytest.approx(distances[result.id], abs=1e-5)
+        assert result.bm25_score == pytest.approx(dict(lexical).get(result.id, 0.0))
+    best = results[0]
+    assert best.source == "doc0.md"
+    assert best.bm25_score > 0
+    assert best.vector_distance < min(r.vector_distance for r in results[1:])
+    # Documents that share no term with the query still come back, ranked by the vectors alone.
+    assert any(r.bm25_score == 0.0 and r.score > 0 for r in results)
+    # And BM25 moves documents it ranks well above nearer vectors.
+    assert [r.id for r in results] != sorted(dense_ranks, key=dense_ranks.__getitem__)
+
+
+def test_switching_embeddings_backend_requires_a_re_ingest(
+    fake_openai: FakeOpenAI, knowledge_on: Path
+) -> None:
+    ingest_paths(paths=[knowledge_on], collection="switched_docs")
+    get_embeddings.cache_clear()
+    lexical = {"BACKEND": "agent.knowledge.embeddings.lexical.LexicalEmbeddings", "OPTIONS": {}}
+
+    with override_settings(EMBEDDINGS=lexical), pytest.raises(EmbeddingsMismatch) as caught:
+        search(query="sandbox", top_k=3, collection="switched_docs")
+
+    assert caught.value.details["stored"] == "openai:fake-embedding"
+    assert caught.value.details["configured"] == "lexical-hash-v1"
 
 
 # -- the sentence-transformers backend ---------------------------------------------------------
