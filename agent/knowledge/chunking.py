@@ -106,9 +106,10 @@ def chunk_document(
         heading = section.title
         budget = max(max_chars - len(heading) - 2, max_chars // 2)
         for body in _pack(section.blocks, max_chars=budget, overlap_chars=overlap_chars):
-            chunk_text = (
-                f"{heading}\n\n{body}" if heading and not body.startswith(heading) else body
-            )
+            # A block that already opens with its heading (Python's "class Invoice(Base):")
+            # does not repeat it.
+            opens_with_heading = re.match(re.escape(heading) + r"\b", body) is not None
+            chunk_text = f"{heading}\n\n{body}" if heading and not opens_with_heading else body
             chunks.append(
                 Chunk(
                     index=len(chunks),
