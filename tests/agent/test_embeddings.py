@@ -326,19 +326,16 @@ def openai_embeddings_config(fake: FakeOpenAI) -> dict[str, Any]:
 
 
 @pytest.fixture
-def knowledge_on(fake_openai: FakeOpenAI, tmp_path: Path) -> Iterator[Path]:
-    """Chroma and the BM25 indexes in a temporary directory, embeddings from ``fake_openai``;
-    yields a directory of documents to ingest."""
+def knowledge_on(knowledge: Path, settings: Any, fake_openai: FakeOpenAI, tmp_path: Path) -> Path:
+    """The ``knowledge`` fixture's fresh Chroma directory with embeddings from ``fake_openai``;
+    returns a directory of documents to ingest."""
+    settings.EMBEDDINGS = openai_embeddings_config(fake_openai)
+    get_embeddings.cache_clear()  # the knowledge fixture clears it again afterwards
     docs = tmp_path / "docs"
     docs.mkdir()
     for number, text in enumerate(DOCS):
         (docs / f"doc{number}.md").write_text(f"# Note {number}\n\n{text}\n")
-    get_embeddings.cache_clear()
-    with override_settings(
-        CHROMA_PATH=tmp_path / "chroma", EMBEDDINGS=openai_embeddings_config(fake_openai)
-    ):
-        yield docs
-    get_embeddings.cache_clear()
+    return docs
 
 
 def test_hybrid_search_fuses_dense_and_bm25_rankings(
