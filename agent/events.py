@@ -16,7 +16,7 @@ from channels.layers import get_channel_layer
 from django.db import transaction
 
 from agent.models import AgentRun, RunEvent
-from devassist.db import commit_without_flush_wait
+from devassist import db
 from devassist.follow import LogFollower
 
 logger = structlog.get_logger(__name__)
@@ -79,8 +79,8 @@ class RunEvents:
 @sync_to_async
 def _store_event(run_id: uuid.UUID, seq: int, type_: str, event: dict[str, Any]) -> None:
     with transaction.atomic():
-        commit_without_flush_wait()
-        RunEvent.objects.create(run_id=run_id, seq=seq, type=type_, payload=event)
+        db.commit_without_flush_wait()
+        db.insert([RunEvent(run_id=run_id, seq=seq, type=type_, payload=event)])
 
 
 async def logged_events(

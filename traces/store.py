@@ -32,17 +32,17 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 from django.utils.module_loading import import_string
 
-from devassist.db import commit_without_flush_wait
-from devassist.errors import BadRequest, Conflict, NotFound, PayloadTooLarge
-from traces import compiled
-from traces.compiled import (
+from devassist import db
+from devassist.db import (
     PLACEHOLDER_STEP,
     PLACEHOLDER_TRACE,
     PLACEHOLDER_USER,
     CompiledSelect,
     bind,
+    commit_without_flush_wait,
     placeholder_ids,
 )
+from devassist.errors import BadRequest, Conflict, NotFound, PayloadTooLarge
 from traces.models import (
     FINAL_TRACE_STATUSES,
     Step,
@@ -586,12 +586,12 @@ class OrmTraceStore:
             commit_without_flush_wait()
             trace = _locked_running_trace(trace_id)
             stored, new_steps, events = self._build_batch(trace, steps)
-            compiled.insert(new_steps)
+            db.insert(new_steps)
             for step_id, changes in updates.items():
                 events.append(self._update_locked(trace, step_id, changes)[1])
-            compiled.insert(events)
+            db.insert(events)
             if events:
-                compiled.update(trace, [*_TRACE_COUNTERS, "total_steps", "root_count"])
+                db.update(trace, [*_TRACE_COUNTERS, "total_steps", "root_count"])
             payload = [event_dict(event) for event in events]
             transaction.on_commit(lambda: committed.extend(payload))
         if new_steps:
@@ -748,8 +748,8 @@ class OrmTraceStore:
             commit_without_flush_wait()
             trace = _locked_running_trace(trace_id)
             step, event = self._update_locked(trace, step_id, changes)
-            compiled.update(trace, _TRACE_COUNTERS)
-            compiled.insert([event])
+            db.update(trace, _TRACE_COUNTERS)
+            db.insert([event])
             payload = [event_dict(event)]
             transaction.on_commit(lambda: committed.extend(payload))
         return step, committed
@@ -798,7 +798,7 @@ class OrmTraceStore:
             trace.total_tokens += delta.tokens
             trace.total_cost += delta.cost
             trace.error_count += delta.errors
-        compiled.update(step, updated)
+        db.update(step, updated)
         trace.last_seq += 1
         row = step_dict(step)
         shown = updated - {"data"} | ({"data_preview"} if "data" in changes else set())

@@ -1,4 +1,4 @@
-"""The trace store's precompiled statements store and read what the ORM would."""
+"""The precompiled statements of devassist.db store and read what the ORM would."""
 
 from __future__ import annotations
 
@@ -9,10 +9,15 @@ from decimal import Decimal
 import pytest
 from django.db import connection, transaction
 
-from devassist.db import commit_without_flush_wait
+from devassist import db
+from devassist.db import (
+    PLACEHOLDER_STEP,
+    PLACEHOLDER_TRACE,
+    CompiledSelect,
+    bind,
+    commit_without_flush_wait,
+)
 from tests.traces.factories import make_trace
-from traces import compiled
-from traces.compiled import PLACEHOLDER_STEP, PLACEHOLDER_TRACE, CompiledSelect, bind
 from traces.models import Step, TraceEvent
 
 pytestmark = pytest.mark.django_db
@@ -40,7 +45,7 @@ def test_insert_stores_every_field_as_the_orm_reads_it(user):
     trace = make_trace(user)
     step = new_step(trace)
 
-    compiled.insert([step])
+    db.insert([step])
 
     stored = Step.objects.get(pk=step.pk)
     assert step._state.adding is False
@@ -53,7 +58,7 @@ def test_insert_leaves_auto_primary_keys_to_the_database(user):
     trace = make_trace(user)
     events = [TraceEvent(trace=trace, seq=n, event="step_added", payload={"n": n}) for n in (1, 2)]
 
-    compiled.insert(events)
+    db.insert(events)
 
     assert list(
         TraceEvent.objects.filter(trace=trace).order_by("seq").values_list("seq", "payload")
@@ -64,7 +69,7 @@ def test_insert_splits_large_batches_into_chunks(user):
     trace = make_trace(user)
     steps = [new_step(trace, id=uuid.uuid4(), seq=n) for n in range(1, 8)]
 
-    compiled.insert(steps, chunk=3)
+    db.insert(steps, chunk=3)
 
     assert Step.objects.filter(trace=trace).count() == 7
 
@@ -72,13 +77,13 @@ def test_insert_splits_large_batches_into_chunks(user):
 def test_update_writes_only_the_named_fields(user):
     trace = make_trace(user)
     step = new_step(trace)
-    compiled.insert([step])
+    db.insert([step])
     Step.objects.filter(pk=step.pk).update(name="changed elsewhere")
     step.status = "failed"
     step.data = {"observation": "boom"}
     step.name = "stale"
 
-    compiled.update(step, ["status", "data"])
+    db.update(step, ["status", "data"])
 
     stored = Step.objects.get(pk=step.pk)
     assert (stored.status, stored.data, stored.name) == (
@@ -91,7 +96,7 @@ def test_update_writes_only_the_named_fields(user):
 def test_a_compiled_select_runs_again_with_new_values(user):
     first, second = make_trace(user), make_trace(user)
     steps = [new_step(first), new_step(second, id=uuid.uuid4())]
-    compiled.insert(steps)
+    db.insert(steps)
     query = CompiledSelect.of(
         Step.objects.filter(trace_id=PLACEHOLDER_TRACE, pk=PLACEHOLDER_STEP).order_by()
     )
