@@ -48,6 +48,7 @@ def run_dict(run: AgentRun) -> dict[str, Any]:
     return {
         "run_id": run.id,
         "trace_id": run.trace_id,
+        "conversation_id": run.conversation_id,
         "mode": run.mode,
         "status": run.status,
         "input": run.input,
@@ -88,6 +89,7 @@ async def agent(
         message=payload.message,
         tools=payload.tools,
         request_id=getattr(request, "request_id", ""),
+        conversation_id=payload.conversation_id,
     )
     task = run_start(run)
     if query.stream:
@@ -103,7 +105,13 @@ async def agent(
             details={"run_id": str(run.id), "trace_id": str(run.trace_id)},
         )
     steps = (await step_events([run.id]))[run.id]
-    return {"run_id": run.id, "trace_id": run.trace_id, "answer": run.output, "steps": steps}
+    return {
+        "run_id": run.id,
+        "trace_id": run.trace_id,
+        "conversation_id": run.conversation_id,
+        "answer": run.output,
+        "steps": steps,
+    }
 
 
 @runs_router.get("/{run_id}", response=RunOut, url_name="get_run")

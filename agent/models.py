@@ -45,6 +45,13 @@ class AgentRun(models.Model):
     trace = models.OneToOneField(
         Trace, null=True, blank=True, on_delete=models.SET_NULL, related_name="run"
     )
+    conversation = models.ForeignKey(
+        "chat.Conversation",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="runs",
+    )
     request_id = models.CharField(max_length=128, blank=True)
     mode = models.CharField(max_length=16, choices=RunMode.choices, default=RunMode.AGENT)
     status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.QUEUED)
@@ -93,3 +100,31 @@ class RunEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.type} #{self.seq}"
+
+
+class MemorySummary(models.Model):
+    """Long-term memory: facts summarised from a conversation's turns that fell out of the
+    short-term window, up to ``through_sequence``. The facts are searchable in the Chroma
+    collection ``agent_memory`` under this row's id; this row is what says how far the
+    conversation has been summarised."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    conversation = models.ForeignKey(
+        "chat.Conversation", on_delete=models.CASCADE, related_name="memory_summaries"
+    )
+    from_sequence = models.PositiveIntegerField()
+    through_sequence = models.PositiveIntegerField()
+    facts = models.JSONField(default=list)
+    model = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["conversation", "through_sequence"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["conversation", "through_sequence"], name="memory_summary_unique_end"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.conversation_id} through {self.through_sequence}"

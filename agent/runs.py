@@ -12,15 +12,20 @@ from datetime import UTC, datetime
 from typing import Any
 
 import structlog
+from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 from django.utils import timezone
 
 from agent.events import RunEvents, run_group
 from agent.llm import get_llm
-from agent.llm.base import LLMProvider
+from agent.llm.base import ChatMessage, LLMProvider
 from agent.loop import AgentCancelled, Iteration, LoopConfig, run_react
+from agent.memory import consolidate, long_term_message, recall, short_term_memory
 from agent.models import AgentRun, RunMode, RunStatus
 from agent.tools.registry import ToolContext, ToolNotFound, default_registry
+from chat.models import Message, MessageKind, MessageRole
+from chat.selectors import conversation_get_for
+from chat.services import NewMessage, messages_append
 from devassist.errors import ApiError, BadRequest, Conflict, NotFound
 from traces.models import StepStatus, TraceMode, TraceStatus
 from traces.store import StepCreate, get_trace_store
@@ -45,12 +50,21 @@ _running: dict[uuid.UUID, tuple[asyncio.Task[None], threading.Event]] = {}
 
 
 async def run_create(
-    *, user: Any, message: str, tools: list[str] | None = None, request_id: str = ""
+    *,
+    user: Any,
+    message: str,
+    tools: list[str] | None = None,
+    request_id: str = "",
+    conversation_id: uuid.UUID | None = None,
 ) -> AgentRun:
-    """A queued run with its trace. Raises ``AgentInputInvalid`` for an empty message or an
-    unknown tool name."""
+    """A queued run with its trace. With ``conversation_id`` (one of the user's), the message
+    is stored in the conversation before the run starts, and the run remembers the
+    conversation (``agent.memory``). Raises ``AgentInputInvalid`` for an empty message or an
+    unknown tool name, ``ConversationNotFound`` for an unknown or foreign conversation."""
     if not message or not message.strip():
         raise AgentInputInvalid("The message is empty.")
+    if conversation_id is not None:
+        await sync_to_async(conversation_get_for)(user=user, conversation_id=conversation_id)
     registry = default_registry()
     if tools is not None:
         try:
@@ -63,15 +77,32 @@ async def run_create(
     trace = await get_trace_store().create_trace(
         user=user, task=message, mode=TraceMode.AGENT, agent_type="devassist"
     )
-    return await AgentRun.objects.acreate(
+    run = await AgentRun.objects.acreate(
         user=user,
         trace=trace,
+        conversation_id=conversation_id,
         request_id=request_id,
         mode=RunMode.AGENT,
         input=message,
         tools=registry.names() if tools is None else sorted(set(tools)),
         model=llm.model,
     )
+    if conversation_id is not None:
+        await _append_messages(run, [NewMessage(role=MessageRole.USER, content=message)])
+    return run
+
+
+async def _append_messages(run: AgentRun, messages: list[NewMessage]) -> list[Message]:
+    """Append to the run's conversation, keeping the short-term memory cache in step."""
+    assert run.conversation_id is not None
+    stored = await sync_to_async(messages_append)(
+        conversation_id=run.conversation_id,
+        messages=messages,
+        run_id=run.id,
+        request_id=run.request_id,
+    )
+    short_term_memory().appended(run.conversation_id, stored)
+    return stored
 
 
 def run_start(run: AgentRun) -> asyncio.Task[None]:
@@ -112,10 +143,12 @@ async def _execute(run: AgentRun, cancel: threading.Event) -> None:
     structlog.contextvars.bind_contextvars(run_id=str(run.id), trace_id=str(run.trace_id))
     try:
         await recorder.start(llm)
+        history = await recorder.remember() if run.conversation_id else []
         registry = default_registry().subset(run.tools)
         context = ToolContext(user=run.user, run_id=run.id, cancel=cancel)
         answer = await run_react(
             task=run.input,
+            history=history,
             llm=llm,
             tools=registry,
             recorder=recorder,
@@ -168,8 +201,12 @@ class RunRecorder:
         self.goal_id = uuid.uuid4()
         self.first_output = False
         self.step_count = 0
+        self.llm: LLMProvider | None = None
+        #: What the model produced and was shown during the run, for the conversation.
+        self.transcript: list[NewMessage] = []
 
     async def start(self, llm: LLMProvider) -> None:
+        self.llm = llm
         now = timezone.now()
         await AgentRun.objects.filter(pk=self.run.id).aupdate(
             status=RunStatus.RUNNING, started_at=now, model=llm.model
@@ -188,7 +225,7 @@ class RunRecorder:
         )
         await self.events.emit(
             "meta",
-            conversation_id=None,
+            conversation_id=str(self.run.conversation_id) if self.run.conversation_id else None,
             run_id=str(self.run.id),
             trace_id=str(self.run.trace_id),
             agent=True,
@@ -220,6 +257,14 @@ class RunRecorder:
             started_at=datetime.fromtimestamp(iteration.started_at, tz=UTC),
         )
         iteration.handles["thought"] = thought.id
+        self.transcript.append(
+            NewMessage(
+                role=MessageRole.ASSISTANT,
+                content=response.content,
+                kind=MessageKind.STEP,
+                metadata={"iteration": iteration.index, "step_id": str(thought.id)},
+            )
+        )
         if parsed.action is not None:
             # Written with its action in one transaction when the tool starts, a moment later.
             iteration.handles["thought_step"] = thought
@@ -263,6 +308,19 @@ class RunRecorder:
             tool_ms = int((loop_time - iteration.handles["action_started"]) * 1000)
             updates[iteration.handles["action"]] = {"status": status, "duration_ms": tool_ms}
         await self.store.add_steps(self.run.trace_id, [result], updates=updates)
+        self.transcript.append(
+            NewMessage(
+                role=MessageRole.TOOL,
+                content=iteration.observation,
+                kind=MessageKind.STEP,
+                metadata={
+                    "iteration": iteration.index,
+                    "step_id": str(result.id),
+                    "tool_name": iteration.tool_name,
+                    "error": iteration.error,
+                },
+            )
+        )
         self.step_count += 1
         await self.events.emit(
             "step",
@@ -301,6 +359,106 @@ class RunRecorder:
         )
         await self._first_output()
 
+    async def remember(self) -> list[ChatMessage]:
+        """Recall the conversation for this run (recorded as two ``memory_read`` steps, and
+        the long-term memory given to the model stored as a ``memory`` message); returns the
+        history to put before the task."""
+        assert self.run.trace_id is not None
+        assert self.run.conversation_id is not None
+        asked = (
+            await Message.objects.filter(
+                run_id=self.run.id, role=MessageRole.USER, kind=MessageKind.TURN
+            )
+            .only("sequence")
+            .afirst()
+        )
+        before = asked.sequence if asked else 0
+        recollection = await recall(
+            conversation_id=self.run.conversation_id, before_sequence=before, query=self.run.input
+        )
+        turns = recollection.turns
+        await self.store.add_steps(
+            self.run.trace_id,
+            [
+                StepCreate(
+                    step_type="memory_read",
+                    parent_id=self.goal_id,
+                    name="short-term memory",
+                    description=f"{len(turns)} earlier turns of the conversation",
+                    data={
+                        "turns": len(turns),
+                        "from_sequence": turns[0].sequence if turns else None,
+                        "through_sequence": turns[-1].sequence if turns else None,
+                        "cached": recollection.cached,
+                    },
+                ),
+                StepCreate(
+                    step_type="memory_read",
+                    parent_id=self.goal_id,
+                    name="long-term memory",
+                    status=StepStatus.FAILED if recollection.error else StepStatus.COMPLETED,
+                    description=f"{len(recollection.facts)} facts recalled",
+                    error=recollection.error,
+                    data={"facts": recollection.facts, "summaries": recollection.summaries},
+                ),
+            ],
+        )
+        if recollection.facts:
+            await _append_messages(
+                self.run,
+                [
+                    NewMessage(
+                        role=MessageRole.SYSTEM,
+                        content=long_term_message(recollection.facts),
+                        kind=MessageKind.MEMORY,
+                    )
+                ],
+            )
+        return recollection.messages()
+
+    async def _close_conversation(self, status: str, output: str) -> None:
+        """Store what the run added to its conversation (its transcript, and the answer when
+        it completed), then let long-term memory take in what fell out of the window."""
+        assert self.run.trace_id is not None
+        assert self.run.conversation_id is not None
+        messages = list(self.transcript)
+        if status == RunStatus.COMPLETED:
+            messages.append(
+                NewMessage(
+                    role=MessageRole.ASSISTANT,
+                    content=output,
+                    metadata={"model": self.llm.model if self.llm else "", "mode": self.run.mode},
+                )
+            )
+        await _append_messages(self.run, messages)
+        if status != RunStatus.COMPLETED or self.llm is None:
+            return
+        done = await consolidate(conversation_id=self.run.conversation_id, llm=self.llm)
+        if done is None:
+            return
+        await self.store.add_step(
+            self.run.trace_id,
+            StepCreate(
+                step_type="memory_write",
+                parent_id=self.goal_id,
+                name="long-term memory",
+                status=StepStatus.FAILED if done.error else StepStatus.COMPLETED,
+                description=(
+                    f"{len(done.facts)} facts from {done.summarised_turns} turns"
+                    if not done.error
+                    else f"{done.summarised_turns} turns not summarised"
+                ),
+                error=done.error,
+                data={
+                    "summary_id": done.summary_id,
+                    "from_sequence": done.from_sequence,
+                    "through_sequence": done.through_sequence,
+                    "summarised_turns": done.summarised_turns,
+                    "facts": done.facts,
+                },
+            ),
+        )
+
     async def _first_output(self) -> None:
         if not self.first_output:
             self.first_output = True
@@ -312,6 +470,11 @@ class RunRecorder:
         """Final bookkeeping; never raises, so a failing run still records its failure."""
         try:
             await self.events.flush_delta()
+            if self.run.conversation_id is not None:
+                try:
+                    await self._close_conversation(status, output)
+                except Exception:
+                    logger.exception("agent_run_conversation_update_failed")
             await AgentRun.objects.filter(pk=self.run.id).aupdate(
                 status=status,
                 output=output,

@@ -14,6 +14,11 @@ from devassist.schemas import InputSchema
 class AgentIn(InputSchema):
     message: str = Field(..., max_length=100_000)
     tools: list[str] | None = Field(None, description="Limit the run to these tools.")
+    conversation_id: uuid.UUID | None = Field(
+        None,
+        description="Run in this conversation of yours: the message and the answer are "
+        "stored there, and the agent remembers the conversation.",
+    )
 
 
 class StepEventOut(Schema):
@@ -34,6 +39,7 @@ class StepEventOut(Schema):
 class AgentOut(Schema):
     run_id: uuid.UUID
     trace_id: uuid.UUID | None
+    conversation_id: uuid.UUID | None
     answer: str
     steps: list[StepEventOut]
 
@@ -41,6 +47,7 @@ class AgentOut(Schema):
 class RunOut(Schema):
     run_id: uuid.UUID
     trace_id: uuid.UUID | None
+    conversation_id: uuid.UUID | None
     mode: str
     status: str
     input: str

@@ -1,1 +1,1 @@
-"""Chat: conversations, routing and the chat UI."""
+"""Conversations and their messages (what the agent remembers, what the chat shows)."""

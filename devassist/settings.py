@@ -46,6 +46,7 @@ INSTALLED_APPS = [
     "traces",
     "sandbox",
     "agent",
+    "chat",
 ]
 
 MIDDLEWARE = [
@@ -235,6 +236,18 @@ EMBEDDINGS: dict[str, Any] = {
 KNOWLEDGE_DEFAULT_COLLECTION = env_str("KNOWLEDGE_DEFAULT_COLLECTION", "devassist_docs")
 # Uploads to /api/collections/{name}/documents above this many bytes (per request) get 413.
 KNOWLEDGE_UPLOAD_MAX_BYTES = env_int("KNOWLEDGE_UPLOAD_MAX_BYTES", 5 * 1024 * 1024)
+
+# Conversation memory (agent/memory.py): the last MEMORY_SHORT_TERM_TURNS turns go back to the
+# model; turns older than that are summarised into facts (Chroma collection agent_memory) once
+# MEMORY_SUMMARY_THRESHOLD of them have accumulated.
+MEMORY = {
+    "short_term_turns": env_int("MEMORY_SHORT_TERM_TURNS", 20),
+    "cached_conversations": env_int("MEMORY_CACHED_CONVERSATIONS", 200),
+    "summary_threshold": env_int("MEMORY_SUMMARY_THRESHOLD", 12),
+    "max_facts": env_int("MEMORY_MAX_FACTS", 8),
+    "recall_summaries": env_int("MEMORY_RECALL_SUMMARIES", 3),
+    "collection": "agent_memory",
+}
 
 LOG_FORMAT = env_str("LOG_FORMAT", "console" if DEBUG else "json")
 LOG_LEVEL = env_str("LOG_LEVEL", "INFO")

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from agent.knowledge.embeddings import get_embeddings
+from agent.llm import get_llm
 from agent.llm.openai_provider import OpenAIProvider
 from tests.agent.fake_openai import FakeOpenAI
 
@@ -43,3 +44,22 @@ def knowledge(settings: Any, tmp_path: Path) -> Iterator[Path]:
     get_embeddings.cache_clear()
     yield settings.CHROMA_PATH
     get_embeddings.cache_clear()
+
+
+@pytest.fixture
+def scripted(fake_openai: Any, settings: Any) -> Iterator[Any]:
+    """Runs talk to the scripted model server through the real OpenAI provider."""
+    settings.LLM = {
+        "BACKEND": "agent.llm.openai_provider.OpenAIProvider",
+        "OPTIONS": {
+            "base_url": fake_openai.base_url,
+            "api_key": "test-key",
+            "model": "fake-model",
+            "timeout_s": 5,
+            "max_retries": 1,
+            "backoff_s": 0.01,
+        },
+    }
+    get_llm.cache_clear()
+    yield fake_openai
+    get_llm.cache_clear()

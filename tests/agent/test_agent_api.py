@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
 from http import HTTPStatus
 from typing import Any
 
@@ -13,7 +12,6 @@ import httpx
 import pytest
 from asgiref.sync import sync_to_async
 
-from agent.llm import get_llm
 from agent.models import AgentRun, RunEvent
 from devassist.services import api_token_create
 from traces.models import Step, Trace
@@ -30,25 +28,6 @@ def assert_error(response: Any, status: int, code: str) -> dict[str, Any]:
     body = response.json()
     assert body["error"]["code"] == code
     return body
-
-
-@pytest.fixture
-def scripted(fake_openai: Any, settings: Any) -> Iterator[Any]:
-    """Runs talk to the scripted model server through the real OpenAI provider."""
-    settings.LLM = {
-        "BACKEND": "agent.llm.openai_provider.OpenAIProvider",
-        "OPTIONS": {
-            "base_url": fake_openai.base_url,
-            "api_key": "test-key",
-            "model": "fake-model",
-            "timeout_s": 5,
-            "max_retries": 1,
-            "backoff_s": 0.01,
-        },
-    }
-    get_llm.cache_clear()
-    yield fake_openai
-    get_llm.cache_clear()
 
 
 def sse_events(raw: str) -> list[tuple[int, dict[str, Any]]]:

@@ -1,0 +1,404 @@
+"""Conversation memory: what a run remembers of the conversation it belongs to.
+
+- Short-term: the last ``short_term_turns`` turns (user messages and final answers) before the
+  new message, read from the database, with an in-process LRU cache over
+  ``cached_conversations`` conversations. Messages are numbered without gaps, so a cached
+  window is known to be current when it ends where the conversation did: a message written by
+  another worker shows as a gap and the window is read again.
+- Long-term: turns that fall out of the short-term window accumulate; once there are
+  ``summary_threshold`` of them, the model summarises them into at most ``max_facts`` stable
+  facts (the offline provider picks them out of the text), kept as a ``MemorySummary`` row and
+  as a record of the Chroma collection ``agent_memory`` tagged with the conversation id. A new
+  message recalls the ``recall_summaries`` summaries nearest to it, given to the model as one
+  system message ``Long-term memory:`` followed by ``- fact`` lines. Memories never cross
+  conversations: every lookup filters on the conversation id.
+
+The long-term store failing never fails a run: ``recall`` and ``consolidate`` log the failure
+and report it (the run records it on its ``memory_read`` / ``memory_write`` steps).
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import uuid
+from collections import OrderedDict, deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+import structlog
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Max
+
+from agent.knowledge.store import query_texts, upsert_texts
+from agent.llm.base import ChatMessage, LLMProvider
+from agent.models import MemorySummary
+from chat.models import Message, MessageKind, MessageRole
+from chat.selectors import turns_between, turns_through
+
+logger = structlog.get_logger(__name__)
+
+MEMORY_PREFIX = "Long-term memory:"
+FACT_MAX_CHARS = 200
+#: At most this many turns go into one summary (older ones first).
+SUMMARY_MAX_TURNS = 60
+OFFLINE_MODEL = "offline"
+
+SUMMARY_PROMPT = (
+    "You maintain the long-term memory of a conversation between a developer and an "
+    "assistant. From the transcript below, write at most {max_facts} short, stable facts "
+    "worth remembering later: who the user is, their project, stack, preferences, decisions "
+    "and results. Leave out greetings, questions without answers and anything temporary. "
+    "Write one fact per line, each starting with '- ', in the language of the transcript, "
+    "and nothing else."
+)
+
+
+@dataclass(frozen=True)
+class MemoryConfig:
+    short_term_turns: int = 20
+    cached_conversations: int = 200
+    summary_threshold: int = 12
+    max_facts: int = 8
+    recall_summaries: int = 3
+    collection: str = "agent_memory"
+
+
+@lru_cache(maxsize=1)
+def memory_config() -> MemoryConfig:
+    return MemoryConfig(**getattr(settings, "MEMORY", {}))
+
+
+@dataclass(frozen=True)
+class Turn:
+    role: str
+    content: str
+    sequence: int
+
+
+# --- short-term ----------------------------------------------------------------------------
+
+
+@dataclass
+class _Window:
+    through: int  # the conversation's last sequence when the window was read or extended
+    turns: deque[Turn]
+
+
+class ShortTermMemory:
+    """The last ``turns`` turns of up to ``conversations`` conversations, least recently used
+    evicted first, each with one more turn (the newest message, which a run gets apart from
+    its history). Thread-safe."""
+
+    def __init__(self, *, turns: int, conversations: int) -> None:
+        self.turns = turns
+        self.size = turns + 1
+        self.capacity = conversations
+        self._windows: OrderedDict[uuid.UUID, _Window] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def window(
+        self, conversation_id: uuid.UUID, *, through_sequence: int
+    ) -> tuple[list[Turn], bool]:
+        """The last ``turns + 1`` turns with a sequence up to ``through_sequence``, oldest first,
+        and whether they came from the cache. Reads the database on a miss."""
+        with self._lock:
+            cached = self._windows.get(conversation_id)
+            if cached is not None and cached.through == through_sequence:
+                self._windows.move_to_end(conversation_id)
+                return list(cached.turns), True
+        rows = turns_through(
+            conversation_id=conversation_id, through_sequence=through_sequence, limit=self.size
+        )
+        turns = [Turn(role=m.role, content=m.content, sequence=m.sequence) for m in rows]
+        self._put(conversation_id, _Window(through_sequence, deque(turns, maxlen=self.size)))
+        return turns, False
+
+    def appended(self, conversation_id: uuid.UUID, messages: Sequence[Message]) -> None:
+        """Messages were appended: extend the cached window when it ended just before them,
+        forget it otherwise (someone else wrote in between)."""
+        if not messages:
+            return
+        with self._lock:
+            cached = self._windows.get(conversation_id)
+            if cached is None:
+                return
+            if cached.through != messages[0].sequence - 1:
+                del self._windows[conversation_id]
+                return
+            for message in messages:
+                if message.kind == MessageKind.TURN:
+                    cached.turns.append(Turn(message.role, message.content, message.sequence))
+            cached.through = messages[-1].sequence
+
+    def forget(self, conversation_id: uuid.UUID) -> None:
+        with self._lock:
+            self._windows.pop(conversation_id, None)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._windows.clear()
+
+    def __len__(self) -> int:
+        return len(self._windows)
+
+    def _put(self, conversation_id: uuid.UUID, window: _Window) -> None:
+        with self._lock:
+            self._windows[conversation_id] = window
+            self._windows.move_to_end(conversation_id)
+            while len(self._windows) > self.capacity:
+                self._windows.popitem(last=False)
+
+
+@lru_cache(maxsize=1)
+def short_term_memory() -> ShortTermMemory:
+    config = memory_config()
+    return ShortTermMemory(turns=config.short_term_turns, conversations=config.cached_conversations)
+
+
+# --- recall ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Recollection:
+    """What a run is given of its conversation: the short-term turns before the new message,
+    the recalled facts (from ``summaries`` summaries) and the long-term store's error, if
+    it failed."""
+
+    turns: list[Turn]
+    cached: bool
+    facts: list[str] = field(default_factory=list)
+    summaries: list[str] = field(default_factory=list)
+    error: str = ""
+
+    def messages(self) -> list[ChatMessage]:
+        """The history to put before the new message: the long-term memory message (when
+        something was recalled), then the turns."""
+        history: list[ChatMessage] = []
+        if self.facts:
+            history.append({"role": "system", "content": long_term_message(self.facts)})
+        history += [{"role": _chat_role(t.role), "content": t.content} for t in self.turns]
+        return history
+
+
+def long_term_message(facts: Sequence[str]) -> str:
+    return "\n".join([MEMORY_PREFIX, *(f"- {fact}" for fact in facts)])
+
+
+async def recall(*, conversation_id: uuid.UUID, before_sequence: int, query: str) -> Recollection:
+    """The memory for a new message numbered ``before_sequence`` (itself left out): its
+    short-term window, and the long-term facts nearest to ``query``. A failing long-term store
+    gives no facts and its error; the database failing raises."""
+    turns, cached = await sync_to_async(short_term_memory().window)(
+        conversation_id, through_sequence=before_sequence
+    )
+    config = memory_config()
+    turns = [t for t in turns if t.sequence != before_sequence][-config.short_term_turns :]
+    try:
+        hits = await sync_to_async(query_texts, thread_sensitive=False)(
+            config.collection,
+            text=query,
+            n=config.recall_summaries,
+            where={"conversation_id": str(conversation_id)},
+        )
+    except Exception as exc:
+        logger.warning("memory_recall_failed", conversation_id=str(conversation_id), error=str(exc))
+        return Recollection(turns=turns, cached=cached, error=_error_text(exc))
+    facts: list[str] = []
+    for hit in hits:
+        for line in hit.text.splitlines():
+            if line.strip() and line.strip() not in facts:
+                facts.append(line.strip())
+    return Recollection(turns=turns, cached=cached, facts=facts, summaries=[hit.id for hit in hits])
+
+
+# --- consolidation ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Consolidation:
+    """A summary written (``summary_id``), or why none was: ``error`` when the store or the
+    model failed."""
+
+    summary_id: str = ""
+    from_sequence: int = 0
+    through_sequence: int = 0
+    summarised_turns: int = 0
+    facts: list[str] = field(default_factory=list)
+    error: str = ""
+
+
+async def consolidate(*, conversation_id: uuid.UUID, llm: LLMProvider) -> Consolidation | None:
+    """Summarise the turns that fell out of the short-term window once at least
+    ``summary_threshold`` of them are not summarised yet. Returns None when there is nothing
+    to do; never raises for the model or the long-term store failing (the result carries the
+    error, and the turns stay pending for the next time)."""
+    config = memory_config()
+    pending = await sync_to_async(_pending_turns)(conversation_id, config)
+    if len(pending) < config.summary_threshold:
+        return None
+    pending = pending[:SUMMARY_MAX_TURNS]
+    first, last = pending[0].sequence, pending[-1].sequence
+    try:
+        facts = await summarise(pending, llm=llm, max_facts=config.max_facts)
+        if not facts:
+            return None
+        summary_id = await sync_to_async(_store_summary)(
+            conversation_id, first, last, facts, llm.model, config
+        )
+    except Exception as exc:
+        logger.warning(
+            "memory_consolidation_failed", conversation_id=str(conversation_id), error=str(exc)
+        )
+        return Consolidation(
+            from_sequence=first,
+            through_sequence=last,
+            summarised_turns=len(pending),
+            error=_error_text(exc),
+        )
+    logger.info(
+        "memory_consolidated",
+        conversation_id=str(conversation_id),
+        through_sequence=last,
+        facts=len(facts),
+    )
+    return Consolidation(
+        summary_id=summary_id,
+        from_sequence=first,
+        through_sequence=last,
+        summarised_turns=len(pending),
+        facts=facts,
+    )
+
+
+def _pending_turns(conversation_id: uuid.UUID, config: MemoryConfig) -> list[Turn]:
+    """Turns older than the short-term window and newer than the last summary."""
+    window = turns_through(
+        conversation_id=conversation_id,
+        through_sequence=2**31 - 1,
+        limit=config.short_term_turns,
+    )
+    if len(window) < config.short_term_turns:
+        return []
+    summarised = MemorySummary.objects.filter(conversation_id=conversation_id).aggregate(
+        through=Max("through_sequence")
+    )["through"]
+    rows = turns_between(
+        conversation_id=conversation_id,
+        after_sequence=summarised or 0,
+        before_sequence=window[0].sequence,
+    )
+    return [Turn(role=m.role, content=m.content, sequence=m.sequence) for m in rows]
+
+
+def _store_summary(
+    conversation_id: uuid.UUID,
+    first: int,
+    last: int,
+    facts: list[str],
+    model: str,
+    config: MemoryConfig,
+) -> str:
+    # The row commits only once the facts are in Chroma: a failed write leaves the turns
+    # pending, to be summarised the next time.
+    with transaction.atomic():
+        summary = MemorySummary.objects.create(
+            conversation_id=conversation_id,
+            from_sequence=first,
+            through_sequence=last,
+            facts=facts,
+            model=model,
+        )
+        upsert_texts(
+            config.collection,
+            ids=[str(summary.id)],
+            texts=["\n".join(facts)],
+            metadatas=[
+                {
+                    "conversation_id": str(conversation_id),
+                    "from_sequence": first,
+                    "through_sequence": last,
+                }
+            ],
+        )
+    return str(summary.id)
+
+
+async def summarise(turns: Sequence[Turn], *, llm: LLMProvider, max_facts: int) -> list[str]:
+    """At most ``max_facts`` facts from ``turns``: the model's, or extractive with the offline
+    provider (or when the model's reply holds no fact line). Raises the model's errors."""
+    if llm.model == OFFLINE_MODEL:
+        return extractive_facts(turns, max_facts=max_facts)
+    transcript = "\n".join(f"{t.role}: {t.content}" for t in turns)
+    response = await llm.complete(
+        [
+            {"role": "system", "content": SUMMARY_PROMPT.format(max_facts=max_facts)},
+            {"role": "user", "content": transcript},
+        ]
+    )
+    facts = _fact_lines(response.content)[:max_facts]
+    return facts or extractive_facts(turns, max_facts=max_facts)
+
+
+_SENTENCE_END = re.compile(r"(?<=[.!?。！？])\s+|(?<=[。！？])|\n+")
+_FACT_LINE = re.compile(r"^\s*(?:[-*•]|\d+[.)])\s+(.*\S)\s*$")
+_CJK = re.compile(r"[\u3400-\u9fff]")
+
+
+def extractive_facts(turns: Sequence[Turn], *, max_facts: int) -> list[str]:
+    """Facts picked out of the text without a model: the user's statements first (what they
+    said about themselves, their project and their choices), then the first statement of each
+    answer; questions and fragments left out, duplicates once, each cut to 200 characters."""
+    user_sentences: list[str] = []
+    answer_sentences: list[str] = []
+    for turn in turns:
+        sentences = [s.strip() for s in _SENTENCE_END.split(turn.content) if s.strip()]
+        statements = [s for s in sentences if _is_statement(s)]
+        if turn.role == MessageRole.USER:
+            user_sentences += [f"User: {s}" for s in statements]
+        elif statements:
+            answer_sentences.append(f"Assistant: {statements[0]}")
+    facts: list[str] = []
+    for sentence in [*user_sentences, *answer_sentences]:
+        fact = _clip(" ".join(sentence.split()), FACT_MAX_CHARS)
+        if fact not in facts:
+            facts.append(fact)
+        if len(facts) == max_facts:
+            break
+    return facts
+
+
+def _is_statement(sentence: str) -> bool:
+    if sentence.endswith(("?", "？")):
+        return False
+    if _CJK.search(sentence):
+        return len(_CJK.findall(sentence)) >= 4
+    return len(sentence.split()) >= 3
+
+
+def _fact_lines(text: str) -> list[str]:
+    facts = []
+    for line in text.splitlines():
+        match = _FACT_LINE.match(line)
+        if match:
+            fact = _clip(match.group(1), FACT_MAX_CHARS)
+            if fact not in facts:
+                facts.append(fact)
+    return facts
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
+def _chat_role(role: str) -> Any:
+    return role if role in ("user", "assistant", "system") else "user"
+
+
+def _error_text(exc: BaseException) -> str:
+    message = str(exc) or type(exc).__name__
+    return f"{type(exc).__name__}: {message}"[:500]

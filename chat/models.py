@@ -1,0 +1,96 @@
+"""Conversations and their messages.
+
+A conversation keeps every message a model saw in its runs, in ``sequence`` order: the user's
+messages and final answers (``kind=turn``: what the chat shows and short-term memory
+remembers) and, in between, the model's raw outputs and the tool observations of each run
+(``kind=step``) and the long-term memory the run was given (``kind=memory``), which only the
+debug panel shows.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from django.conf import settings
+from django.db import models
+
+
+class MessageRole(models.TextChoices):
+    USER = "user"
+    ASSISTANT = "assistant"
+    TOOL = "tool"
+    SYSTEM = "system"
+
+
+class MessageKind(models.TextChoices):
+    TURN = "turn", "a user message or a final answer"
+    STEP = "step", "a model output or tool observation inside a run"
+    MEMORY = "memory", "long-term memory given to a run"
+
+
+class ConversationQuerySet(models.QuerySet["Conversation"]):
+    def owned_by(self, user: models.Model) -> ConversationQuerySet:
+        return self.filter(owner=user)
+
+
+class Conversation(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="conversations"
+    )
+    title = models.CharField(max_length=200, blank=True)
+    #: The sequence of the newest message (messages are numbered from 1 without gaps).
+    last_sequence = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = ConversationQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-updated_at", "-id"]
+        indexes = [models.Index(fields=["owner", "-updated_at"], name="conversation_owner_recent")]
+
+    def __str__(self) -> str:
+        return self.title or str(self.id)
+
+
+class MessageQuerySet(models.QuerySet["Message"]):
+    def turns(self) -> MessageQuerySet:
+        return self.filter(kind=MessageKind.TURN)
+
+
+class Message(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    conversation = models.ForeignKey(
+        Conversation, on_delete=models.CASCADE, related_name="messages"
+    )
+    role = models.CharField(max_length=16, choices=MessageRole.choices)
+    kind = models.CharField(max_length=16, choices=MessageKind.choices, default=MessageKind.TURN)
+    content = models.TextField()
+    run = models.ForeignKey(
+        "agent.AgentRun",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="messages",
+    )
+    request_id = models.CharField(max_length=128, blank=True)
+    sequence = models.PositiveIntegerField()
+    metadata = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = MessageQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["conversation", "sequence"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["conversation", "sequence"], name="message_unique_sequence"
+            )
+        ]
+        indexes = [
+            models.Index(fields=["conversation", "kind", "sequence"], name="message_kind_order")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.role}: {self.content[:60]}"
