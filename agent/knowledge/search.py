@@ -17,7 +17,7 @@ import structlog
 
 from agent.knowledge import bm25
 from agent.knowledge.embeddings import get_embeddings
-from agent.knowledge.store import Hit, open_collection, query_collection
+from agent.knowledge.store import Hit, hits_for_ids, open_collection, query_collection
 from agent.knowledge.text import normalize_whitespace
 
 logger = structlog.get_logger(__name__)
@@ -80,11 +80,8 @@ def search(*, query: str, top_k: int, collection: str) -> list[SearchResult]:
         hits = {}
         scores = bm25_scores
     without_distance = [record_id for record_id in chosen if record_id not in hits]
-    if without_distance:
-        for hit in query_collection(
-            target, text=query, n=len(without_distance), ids=without_distance
-        ):
-            hits[hit.id] = hit
+    for hit in hits_for_ids(target, text=query, ids=without_distance):
+        hits[hit.id] = hit
     # A record BM25 knows but Chroma no longer has (deleted since the index was built) has no
     # hit: it is dropped rather than shown empty.
     results = [

@@ -36,6 +36,7 @@ from typing import Any, cast
 from urllib.parse import urlsplit
 
 import chromadb
+import numpy as np
 import structlog
 from chromadb.api import ClientAPI
 from chromadb.api.models.Collection import Collection
@@ -335,6 +336,33 @@ def query_collection(
             distance=float(distances[i]),
         )
         for i, record_id in enumerate(found_ids)
+    ]
+
+
+def hits_for_ids(target: Collection, *, text: str, ids: Sequence[str]) -> list[Hit]:
+    """The records ``ids`` (those that exist, in no particular order) as hits, with their
+    cosine distance to ``text`` computed from the stored vectors: cheaper than a filtered
+    nearest-neighbour query when the candidates are already known."""
+    if not ids:
+        return []
+    page = target.get(ids=list(ids), include=["documents", "metadatas", "embeddings"])
+    vectors = page.get("embeddings")
+    if vectors is None or len(page["ids"]) == 0:
+        return []
+    matrix = np.asarray(vectors, dtype=np.float64)
+    query = np.asarray(get_embeddings().embed_query(text), dtype=np.float64)
+    norms = np.linalg.norm(matrix, axis=1) * np.linalg.norm(query)
+    similarity = np.divide(matrix @ query, norms, out=np.zeros(len(matrix)), where=norms > 0)
+    documents: list[Any] = list(page.get("documents") or [])
+    metadatas: list[Any] = list(page.get("metadatas") or [])
+    return [
+        Hit(
+            id=record_id,
+            text=(documents[i] or "") if i < len(documents) else "",
+            metadata=dict(metadatas[i] or {}) if i < len(metadatas) else {},
+            distance=float(1.0 - similarity[i]),
+        )
+        for i, record_id in enumerate(page["ids"])
     ]
 
 

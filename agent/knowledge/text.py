@@ -17,7 +17,6 @@ from __future__ import annotations
 import re
 import threading
 import unicodedata
-from collections.abc import Iterator
 
 import Stemmer
 
@@ -75,36 +74,27 @@ def tokenize(text: str) -> list[str]:
     """The search terms of ``text`` in reading order (see the module docstring). Deterministic;
     empty for text with no letters or digits."""
     normalized = unicodedata.normalize("NFKC", text).lower()
-    words: list[str] = []
-    slots: list[int] = []
     terms: list[str] = []
-    for kind, value in _raw_terms(normalized):
-        if kind == "word":
-            slots.append(len(terms))
-            terms.append("")
-            words.append(value)
-        else:
-            terms.append(value)
-    for slot, stem in zip(slots, stem_words(words), strict=True):
-        terms[slot] = stem
-    return [term for term in terms if term]
-
-
-def _raw_terms(text: str) -> Iterator[tuple[str, str]]:
-    """``("word", w)`` for words still to stem, ``("term", t)`` for finished terms."""
-    for match in _TOKEN_RE.finditer(text):
-        cjk = match.group("cjk")
-        if cjk is not None:
-            yield from (("term", gram) for gram in _bigrams(cjk))
+    words: list[str] = []
+    slots: list[int] = []  # where each word's stem goes in terms
+    for cjk, word in _TOKEN_RE.findall(normalized):
+        if cjk:
+            terms.extend(_bigrams(cjk))
             continue
-        word = match.group("word")
-        parts = [part for part in _JOINER_RE.split(word) if part]
-        if len(parts) > 1:
+        if "_" in word or "." in word or "-" in word:
             # The whole identifier as one exact term, plus its stemmed parts.
-            yield "term", word
+            terms.append(word)
+            parts = [part for part in _JOINER_RE.split(word) if part]
+        else:
+            parts = [word]
         for part in parts:
             if part not in ENGLISH_STOP_WORDS:
-                yield "word", part
+                slots.append(len(terms))
+                terms.append(part)
+                words.append(part)
+    for slot, stem in zip(slots, stem_words(words), strict=True):
+        terms[slot] = stem
+    return terms
 
 
 def _bigrams(run: str) -> list[str]:

@@ -10,11 +10,12 @@ and reports this distance beside it.
 
 from __future__ import annotations
 
-import math
 import zlib
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any
+
+import numpy as np
 
 from agent.knowledge.text import tokenize
 
@@ -38,15 +39,24 @@ class LexicalEmbeddings:
 
     @staticmethod
     def _vector(text: str) -> list[float]:
-        vector = [0.0] * DIMENSIONS
-        for term, count in Counter(tokenize(text)).items():
-            digest = zlib.crc32(term.encode("utf-8"))
-            sign = 1.0 if digest & 0x80000000 else -1.0
-            vector[digest % DIMENSIONS] += sign * (1.0 + math.log(count))
-        norm = math.sqrt(sum(value * value for value in vector))
-        if norm == 0.0:
+        counts = Counter(tokenize(text))
+        if not counts:
             # Chroma rejects an all-zero vector under the cosine space; a text without terms
             # gets a fixed unit vector instead (equally far from every real text).
+            vector = np.zeros(DIMENSIONS)
             vector[0] = 1.0
-            return vector
-        return [value / norm for value in vector]
+            return list(vector.tolist())
+        digests = np.fromiter(
+            (zlib.crc32(term.encode("utf-8")) for term in counts),
+            dtype=np.uint64,
+            count=len(counts),
+        )
+        weights = 1.0 + np.log(np.fromiter(counts.values(), dtype=np.float64, count=len(counts)))
+        signs = np.where(digests & 0x80000000, 1.0, -1.0)
+        vector = np.zeros(DIMENSIONS)
+        np.add.at(vector, (digests % DIMENSIONS).astype(np.intp), signs * weights)
+        norm = float(np.linalg.norm(vector))
+        if norm == 0.0:
+            vector[0] = 1.0
+            return list(vector.tolist())
+        return list((vector / norm).tolist())
