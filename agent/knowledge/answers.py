@@ -32,7 +32,9 @@ SOURCES_HEADING = "Sources:"
 EXTRACT_CHUNKS = 3
 EXTRACT_MAX_CHARS = 420
 
-_SENTENCE = re.compile(r"[^.!?。！？]+(?:[.!?。！？]+|$)")
+# A sentence ends at . ! ? followed by a space (not inside "settings.py" or "3.5"), or at
+# Chinese end punctuation.
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|(?<=[。！？])")
 _SOURCES_TAIL = re.compile(r"\n+\**Sources\**:?\**\s*\n(?:\s*(?:\d+[.)]|[-*]).*(?:\n|$))*\s*\Z")
 
 
@@ -69,7 +71,12 @@ def extractive_answer(
     quotes: list[str] = []
     labels: list[tuple[int, str]] = []
     for number, entry in enumerate(chosen, start=1):
-        extract = best_passage(str(entry.get("content") or ""), terms)
+        content = str(entry.get("content") or "")
+        title = str(entry.get("title") or "")
+        if title and content.startswith(title + " "):
+            # Chunks open with their heading, which reads oddly inside a quote.
+            content = content[len(title) + 1 :]
+        extract = best_passage(content, terms)
         quotes.append(f"> {extract} [{number}]")
         chunk_index = entry.get("chunk_index")
         labels.append(
@@ -89,7 +96,7 @@ def best_passage(content: str, terms: set[str], limit: int = EXTRACT_MAX_CHARS) 
     """The sentences of ``content`` that share the most ``terms``, kept in their order, up to
     ``limit`` characters (the start of ``content`` when no sentence shares any)."""
     text = " ".join(content.split())
-    sentences = [s.strip() for s in _SENTENCE.findall(text) if s.strip()]
+    sentences = [s.strip() for s in _SENTENCE_END.split(text) if s.strip()]
     if not sentences:
         return _cut(text, limit)
     scored = sorted(

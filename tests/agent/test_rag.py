@@ -71,7 +71,7 @@ async def test_offline_answer_in_chinese_for_a_chinese_question(settings: Any) -
     result = await rag_answer(question="沙箱默认内存是多少？", collection="zh_docs")
 
     assert result.answer == (
-        "文档中的相关内容：\n\n> 沙箱 沙箱默认内存为 256 MB。 [1]\n\nSources:\n1. 说明.md#0"
+        "文档中的相关内容：\n\n> 沙箱默认内存为 256 MB。 [1]\n\nSources:\n1. 说明.md#0"
     )
 
 
@@ -130,3 +130,24 @@ def test_source_labels_leave_out_an_unknown_chunk_index() -> None:
 def test_a_sources_list_written_by_the_model_is_replaced() -> None:
     assert strip_sources_block("Answer [1].\n\n**Sources:**\n1. a.md\n- b.md\n") == "Answer [1]."
     assert strip_sources_block("No list here.") == "No list here."
+
+
+def test_extracts_keep_file_names_and_drop_the_opening_heading() -> None:
+    answer = extractive_answer(
+        question="where are the settings read?",
+        results=[
+            {
+                "source": "docs/sandbox.md",
+                "chunk_index": 0,
+                "title": "Configuring the sandbox",
+                "content": "Configuring the sandbox Settings are read by devassist/settings.py "
+                "at start-up. Restart after a change. Unrelated trailing sentence.",
+            }
+        ],
+    )
+
+    assert answer == (
+        "Here is what the documentation says:\n\n"
+        "> Settings are read by devassist/settings.py at start-up. [1]\n\n"
+        "Sources:\n1. docs/sandbox.md#0"
+    )
