@@ -46,19 +46,35 @@ class RunEvents:
         return await self._emit(type_, payload)
 
     async def _emit(self, type_: str, payload: dict[str, Any]) -> dict[str, Any]:
-        self.seq += 1
-        event = {"type": type_, **payload}
-        await _store_event(self.run_id, self.seq, type_, event)
+        row = self._next(type_, payload)
+        await _store_event(row)
+        await self.publish(row)
+        return row.payload
+
+    async def prepare(self, type_: str, **payload: Any) -> RunEvent:
+        """The next event as an unsaved row, for a writer that stores it in a transaction of
+        its own (the trace store, with the step it reports); ``publish`` it once stored."""
+        await self.flush_delta()
+        return self._next(type_, payload)
+
+    async def publish(self, row: RunEvent) -> None:
+        """Broadcast a stored event to the run's followers."""
         layer = get_channel_layer()
-        if layer is not None:
-            try:
-                await layer.group_send(
-                    run_group(self.run_id), {"type": "run.event", "seq": self.seq, "event": event}
-                )
-            except Exception:
-                # Stored already: followers fill the gap from the log on the next event.
-                logger.exception("run_event_broadcast_failed", run_id=str(self.run_id))
-        return event
+        if layer is None:
+            return
+        try:
+            await layer.group_send(
+                run_group(self.run_id), {"type": "run.event", "seq": row.seq, "event": row.payload}
+            )
+        except Exception:
+            # Stored already: followers fill the gap from the log on the next event.
+            logger.exception("run_event_broadcast_failed", run_id=str(self.run_id))
+
+    def _next(self, type_: str, payload: dict[str, Any]) -> RunEvent:
+        self.seq += 1
+        return RunEvent(
+            run_id=self.run_id, seq=self.seq, type=type_, payload={"type": type_, **payload}
+        )
 
     async def delta(self, text: str) -> None:
         """Queue answer text; it leaves as one ``delta`` event per ~30 ms."""
@@ -77,10 +93,10 @@ class RunEvents:
 
 
 @sync_to_async
-def _store_event(run_id: uuid.UUID, seq: int, type_: str, event: dict[str, Any]) -> None:
+def _store_event(row: RunEvent) -> None:
     with transaction.atomic():
         db.commit_without_flush_wait()
-        db.insert([RunEvent(run_id=run_id, seq=seq, type=type_, payload=event)])
+        db.insert([row])
 
 
 async def logged_events(

@@ -307,22 +307,10 @@ class RunRecorder:
         if "action" in iteration.handles:
             tool_ms = int((loop_time - iteration.handles["action_started"]) * 1000)
             updates[iteration.handles["action"]] = {"status": status, "duration_ms": tool_ms}
-        await self.store.add_steps(self.run.trace_id, [result], updates=updates)
-        self.transcript.append(
-            NewMessage(
-                role=MessageRole.TOOL,
-                content=iteration.observation,
-                kind=MessageKind.STEP,
-                metadata={
-                    "iteration": iteration.index,
-                    "step_id": str(result.id),
-                    "tool_name": iteration.tool_name,
-                    "error": iteration.error,
-                },
-            )
-        )
         self.step_count += 1
-        await self.events.emit(
+        # The step event commits with the result step: the step is finished when both are
+        # stored, and it goes out at once.
+        event = await self.events.prepare(
             "step",
             step_index=self.step_count,
             step_id=str(iteration.handles["thought"]),
@@ -335,6 +323,21 @@ class RunRecorder:
             started_at_ms=_ms(iteration.started_at),
             finished_at_ms=_ms(time.time()),
             latency_ms=int((time.monotonic() - iteration.started) * 1000),
+        )
+        await self.store.add_steps(self.run.trace_id, [result], updates=updates, with_rows=[event])
+        await self.events.publish(event)
+        self.transcript.append(
+            NewMessage(
+                role=MessageRole.TOOL,
+                content=iteration.observation,
+                kind=MessageKind.STEP,
+                metadata={
+                    "iteration": iteration.index,
+                    "step_id": str(result.id),
+                    "tool_name": iteration.tool_name,
+                    "error": iteration.error,
+                },
+            )
         )
         await self._first_output()
 

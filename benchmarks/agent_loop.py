@@ -19,11 +19,12 @@ calls of the tool, then a final answer).
    process, so its HTTP round trip and its share of the GIL are in that figure). Queries per
    iteration are counted; one ``sync_to_async`` ``SELECT 1`` is the baseline. One more run, with
    timers around the loop's and the trace store's parts, shows where an iteration goes.
-2. Step to wire: from ``RunEvents.emit("step", ...)`` being called (the step is in the trace by
-   then) to the step's SSE frame reaching an HTTP client, through ``POST /agent?stream=true`` on
-   a real daphne server (this file with ``--serve``, a subprocess), ``--stream-runs`` runs of 9
-   steps, split into legs: the ``RunEvent`` row, the channel layer up to the frame made by
-   ``sse_frames``, then Django, daphne and TCP. Both processes stamp with
+2. Step to wire: from the step finishing (its result step and its ``step`` event's
+   ``RunEvent`` row committed in one transaction, ``RunEvents.publish`` called) to the step's
+   SSE frame reaching an HTTP client, through ``POST /agent?stream=true`` on a real daphne
+   server (this file with ``--serve``, a subprocess), ``--stream-runs`` runs of 9 steps, split
+   into legs: up to ``group_send``, the channel layer up to the frame made by ``sse_frames``,
+   then Django, daphne and TCP. Both processes stamp with
    ``time.perf_counter()``, CLOCK_MONOTONIC on Linux, one clock for the whole machine. httpx's
    ``ASGITransport`` hands a response body over only once it is complete, so it cannot time
    this; the same path is timed in-process up to the ASGI ``send`` of the frame as well.
@@ -239,28 +240,29 @@ class IterationClock:
 
 
 class StepClock:
-    """Stamps each step event on its way out, by (run id, seq): ``RunEvents.emit("step", ...)``
-    called (the step is in the trace by then), the channel layer's ``group_send`` called (the
-    ``RunEvent`` row is written by then), and the subscriber's ``agent.api.sse_frames`` having
-    made the frame (the event came through the channel layer)."""
+    """Stamps each step event on its way out, by (run id, seq): ``RunEvents.publish`` called
+    for it (the result step and the event's ``RunEvent`` row have committed together: the step
+    is finished), the channel layer's ``group_send`` called, and the subscriber's
+    ``agent.api.sse_frames`` having made the frame (the event came through the channel
+    layer)."""
 
     def __init__(self) -> None:
         self.stamps: dict[str, dict[tuple[str, int], float]] = {
-            "emit": {},
+            "stored": {},
             "broadcast": {},
             "frame": {},
         }
 
-    def wrap_emit(self, original: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+    def wrap_publish(
+        self, original: Callable[..., Awaitable[None]]
+    ) -> Callable[..., Awaitable[None]]:
         @functools.wraps(original)
-        async def emit(events: Any, type_: str, **payload: Any) -> Any:
-            called = time.perf_counter()
-            event = await original(events, type_, **payload)
-            if type_ == "step":
-                self.stamps["emit"][(str(events.run_id), events.seq)] = called
-            return event
+        async def publish(events: Any, row: Any) -> None:
+            if row.type == "step":
+                self.stamps["stored"][(str(events.run_id), row.seq)] = time.perf_counter()
+            await original(events, row)
 
-        return emit
+        return publish
 
     def wrap_group_send(
         self, original: Callable[..., Awaitable[None]]
@@ -305,7 +307,8 @@ def instrument(stack: contextlib.ExitStack, step_clock: StepClock) -> None:
 
     registry = noop_registry()
     stack.enter_context(mock.patch.object(agent.runs, "default_registry", return_value=registry))
-    stack.enter_context(mock.patch.object(RunEvents, "emit", step_clock.wrap_emit(RunEvents.emit)))
+    publish = step_clock.wrap_publish(RunEvents.publish)
+    stack.enter_context(mock.patch.object(RunEvents, "publish", publish))
     layer_class = type(get_channel_layer())
     group_send = step_clock.wrap_group_send(layer_class.group_send)
     stack.enter_context(mock.patch.object(layer_class, "group_send", group_send))
@@ -495,7 +498,7 @@ async def iteration_parts(user: Any, *, iterations: int) -> list[Part]:
             ("      _apply_deltas (ancestor rollups UPDATE)", traces.store, "_apply_deltas"),
             ("trace store update_step", OrmTraceStore, "update_step"),
             ("  in the ORM thread: update_step_sync", OrmTraceStore, "update_step_sync"),
-            ("run event: RunEvent INSERT + group_send", RunEvents, "_emit"),
+            ("run event: publish (group_send)", RunEvents, "publish"),
             ("(in every store write) _locked_running_trace", traces.store, "_locked_running_trace"),
         ):
             timer.patch(stack, owner, name, part)
@@ -619,8 +622,8 @@ def sse_frames_in(chunk: bytes) -> Iterator[tuple[int, dict[str, Any]]]:
             yield int(fields[b"id"]), json.loads(fields[b"data"])
 
 
-#: One step's way out, perf_counter seconds: emit called, group_send called, frame made by the
-#: subscriber, frame out.
+#: One step's way out, perf_counter seconds: stored (publish called), group_send called, frame
+#: made by the subscriber, frame out.
 StepTimes = tuple[float, float, float, float]
 
 
@@ -629,7 +632,7 @@ def step_times(
 ) -> list[StepTimes]:
     """Joins the server's stamps of a run's steps with the moments their frames went out;
     checks that every step of the run went out and that the stream ended with ``done``."""
-    emitted, broadcast, framed = stamps["emit"], stamps["broadcast"], stamps["frame"]
+    emitted, broadcast, framed = stamps["stored"], stamps["broadcast"], stamps["frame"]
     seqs = set(out)
     complete = len(seqs) == STREAM_TOOL_CALLS and seqs == set(emitted) == set(broadcast)
     if last_type != "done" or not complete or seqs != set(framed):
@@ -643,8 +646,8 @@ def step_times(
 def step_measurements(label: str, out_leg: str, times: list[StepTimes]) -> list[Measurement]:
     """The whole way (``label``), then its legs."""
     return [
-        Measurement(label, [out - emit for emit, _, _, out in times]),
-        Measurement("  emit -> group_send (RunEvent INSERT)", [b - e for e, b, _, _ in times]),
+        Measurement(label, [out - stored for stored, _, _, out in times]),
+        Measurement("  stored -> group_send", [b - e for e, b, _, _ in times]),
         Measurement("  group_send -> frame made (channel layer)", [f - b for _, b, f, _ in times]),
         Measurement(f"  frame made -> {out_leg}", [out - f for _, _, f, out in times]),
     ]
@@ -670,7 +673,7 @@ async def measure_asgi_send(token: str, step_clock: StepClock, *, runs: int) -> 
 
 def serve(port: int) -> None:
     """The server side (``--serve PORT``): DevAssist's ASGI application under daphne on
-    127.0.0.1, running the scripted model and the no-op tool, stamping step emits and answering
+    127.0.0.1, running the scripted model and the no-op tool, stamping stored steps and answering
     ``GET /__bench__/emits?run=<id>`` with them (everything else goes to the application)."""
     sys.path.insert(0, str(REPO_ROOT))  # the environment comes from the parent process
     import django

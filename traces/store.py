@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import itertools
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -24,7 +25,7 @@ import structlog
 from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import connection, models, transaction
 from django.db.models import F, Q
 from django.db.models.expressions import Window
 from django.db.models.functions import RowNumber
@@ -206,6 +207,7 @@ class TraceStore(Protocol):
         steps: Sequence[StepCreate],
         *,
         updates: Mapping[uuid.UUID, dict[str, Any]] | None = None,
+        with_rows: Sequence[models.Model] = (),
     ) -> AddedSteps: ...
 
     async def add_step(self, trace_id: uuid.UUID, step: StepCreate) -> Step: ...
@@ -554,12 +556,17 @@ class OrmTraceStore:
         steps: Sequence[StepCreate],
         *,
         updates: Mapping[uuid.UUID, dict[str, Any]] | None = None,
+        with_rows: Sequence[models.Model] = (),
     ) -> AddedSteps:
         """Add a batch atomically, then apply ``updates`` (step id → changes, as
-        ``update_step`` takes them) in the same transaction. Raises ``BatchTooLarge``,
-        ``InvalidParent``, ``StepIdConflict``, ``InvalidStep``, ``StepNotFound``,
-        ``TraceNotFound``, ``TraceNotRunning``; a rejected batch writes nothing."""
-        result, events = await sync_to_async(self.add_steps_sync)(trace_id, steps, updates)
+        ``update_step`` takes them) and insert ``with_rows`` (new model instances of other
+        apps that must commit with these steps or not at all, such as the run's event for a
+        finished step) in the same transaction. Raises ``BatchTooLarge``, ``InvalidParent``,
+        ``StepIdConflict``, ``InvalidStep``, ``StepNotFound``, ``TraceNotFound``,
+        ``TraceNotRunning``; a rejected batch writes nothing."""
+        result, events = await sync_to_async(self.add_steps_sync)(
+            trace_id, steps, updates, with_rows
+        )
         await self._broadcast(trace_id, events)
         return result
 
@@ -568,6 +575,7 @@ class OrmTraceStore:
         trace_id: uuid.UUID,
         steps: Sequence[StepCreate],
         updates: Mapping[uuid.UUID, dict[str, Any]] | None = None,
+        with_rows: Sequence[models.Model] = (),
     ) -> tuple[AddedSteps, list[dict[str, Any]]]:
         """The synchronous core of ``add_steps``; returns the steps and the committed events
         (empty while an outer transaction is still open)."""
@@ -579,7 +587,7 @@ class OrmTraceStore:
         updates = updates or {}
         for changes in updates.values():
             _check_changes(changes)
-        if not steps and not updates:
+        if not steps and not updates and not with_rows:
             return AddedSteps(steps=[], created=0), []
         committed: list[dict[str, Any]] = []
         with transaction.atomic():
@@ -590,6 +598,8 @@ class OrmTraceStore:
             for step_id, changes in updates.items():
                 events.append(self._update_locked(trace, step_id, changes)[1])
             db.insert(events)
+            for _, rows in itertools.groupby(with_rows, key=type):
+                db.insert(list(rows))
             if events:
                 db.update(trace, [*_TRACE_COUNTERS, "total_steps", "root_count"])
             payload = [event_dict(event) for event in events]

@@ -7,6 +7,7 @@ from decimal import Decimal
 import pytest
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
+from django.contrib.auth.models import Group
 from django.db import connection, transaction
 
 from tests.traces.factories import add, build_tree, make_trace, step
@@ -354,6 +355,23 @@ def test_events_are_not_broadcast_before_commit(user):
         assert events == []  # the outer transaction is still open
     _, events = store.add_steps_sync(trace.id, [step("goal")])
     assert [e["seq"] for e in events] == [2]
+
+
+def test_rows_of_other_apps_commit_with_the_steps_or_not_at_all(user):
+    store = orm_store()
+    trace = make_trace(user)
+    root = step("goal")
+
+    async_to_sync(store.add_steps)(trace.id, [root], with_rows=[Group(name="with-the-step")])
+    with pytest.raises(InvalidParent):
+        async_to_sync(store.add_steps)(
+            trace.id,
+            [step("thought", parent=uuid.uuid4())],
+            with_rows=[Group(name="with-a-rejected-step")],
+        )
+
+    assert list(Group.objects.values_list("name", flat=True)) == ["with-the-step"]
+    assert Step.objects.filter(trace=trace).count() == 1
 
 
 def test_a_batch_can_update_steps_in_the_same_transaction(user):
