@@ -16,6 +16,7 @@ from django.test import Client
 from devassist.services import api_token_create
 from sandbox.engine import docker_client
 from sandbox.health import docker_status
+from tests.browser import app_server, chromium, live_model, login, page, screenshot  # noqa: F401
 from traces.store import get_trace_store
 
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
