@@ -12,6 +12,7 @@ transaction commit without waiting for the disk.
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -84,6 +85,9 @@ class CompiledSelect:
         connection = _connection()
         with connection.cursor() as cursor:
             cursor.execute(self.sql, bind(self.params, binding))
+            # Statements sent before the SELECT in the same string (``prefixed``) give no rows.
+            while cursor.description is None and cursor.nextset():
+                pass
             rows = [list(row) for row in cursor.fetchall()]
         for row in rows:
             for index, functions, expression in self.converters:
@@ -92,6 +96,12 @@ class CompiledSelect:
                     value = function(value, expression, connection)
                 row[index] = value
         return rows
+
+    def prefixed(self, statement: str) -> CompiledSelect:
+        """The same SELECT sent after ``statement`` (plain SQL without parameters) in one
+        round trip; PostgreSQL only, whose client-side-binding cursors take several
+        statements at once."""
+        return dataclasses.replace(self, sql=f"{statement}; {self.sql}")
 
     def instances(self, model: type[M], binding: dict[Any, Any]) -> list[M]:
         return [model.from_db(DEFAULT_DB_ALIAS, self.attnames, row) for row in self.rows(binding)]
@@ -114,35 +124,43 @@ def _column(field: models.Field[Any, Any] | None) -> str:
 
 
 @lru_cache(maxsize=64)
-def _insert_sql(vendor: str, model: type[models.Model], rows: int) -> str:
+def _insert_sql(vendor: str, model: type[models.Model], rows: int, skip_conflicts: bool) -> str:
     qn = _connection().ops.quote_name
     columns = ", ".join(qn(_column(f)) for f in _concrete(model, None))
     row = "(" + ", ".join(["%s"] * len(_concrete(model, None))) + ")"
     # Only quoted names and placeholders are formatted in; values are parameters.
-    return f"INSERT INTO {qn(model._meta.db_table)} ({columns}) VALUES " + ", ".join(  # noqa: S608
+    sql = f"INSERT INTO {qn(model._meta.db_table)} ({columns}) VALUES " + ", ".join(  # noqa: S608
         [row] * rows
     )
+    # PostgreSQL and SQLite (3.24+) both take this form.
+    return sql + " ON CONFLICT DO NOTHING" if skip_conflicts else sql
 
 
-def insert(objs: Sequence[models.Model], *, chunk: int = 200) -> None:
+def insert(objs: Sequence[models.Model], *, chunk: int = 200, skip_conflicts: bool = False) -> int:
     """INSERT new instances of one model, ``chunk`` rows per statement, as ``bulk_create``
     would store them (``pre_save`` runs, so ``auto_now_add`` fields are set). An auto primary
-    key is left to the database and not read back."""
+    key is left to the database and not read back. With ``skip_conflicts``, rows that would
+    violate a unique constraint are left out instead of failing the statement. Returns how
+    many rows were inserted."""
     if not objs:
-        return
+        return 0
     model = type(objs[0])
     fields = _concrete(model, None)
     connection = _connection()
+    inserted = 0
     for start in range(0, len(objs), chunk):
         part = objs[start : start + chunk]
         params: list[Any] = []
         for obj in part:
             params += [f.get_db_prep_save(f.pre_save(obj, True), connection) for f in fields]
         with connection.cursor() as cursor:
-            cursor.execute(_insert_sql(connection.vendor, model, len(part)), params)
+            sql = _insert_sql(connection.vendor, model, len(part), skip_conflicts)
+            cursor.execute(sql, params)
+            inserted += cursor.rowcount
         for obj in part:
             obj._state.adding = False
             obj._state.db = DEFAULT_DB_ALIAS
+    return inserted
 
 
 @lru_cache(maxsize=128)
@@ -177,6 +195,16 @@ def commit_without_flush_wait() -> None:
     them. A no-op on other databases. Call it inside ``transaction.atomic()``: outside a
     transaction block ``SET LOCAL`` changes nothing.
     """
-    if settings.ASYNC_COMMIT_RUN_WRITES and connection.vendor == "postgresql":
+    if flush_wait_skippable():
         with connection.cursor() as cursor:
-            cursor.execute("SET LOCAL synchronous_commit TO OFF")
+            cursor.execute(SKIP_FLUSH_WAIT)
+
+
+#: The statement behind ``commit_without_flush_wait``, for callers that send it together with
+#: their first statement (``CompiledSelect.prefixed``) to save a round trip.
+SKIP_FLUSH_WAIT = "SET LOCAL synchronous_commit TO OFF"
+
+
+def flush_wait_skippable() -> bool:
+    """Whether run writes skip the flush wait here (the setting is on, on PostgreSQL)."""
+    return bool(settings.ASYNC_COMMIT_RUN_WRITES) and connection.vendor == "postgresql"

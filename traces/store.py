@@ -12,7 +12,9 @@ from __future__ import annotations
 import base64
 import binascii
 import itertools
+import threading
 import uuid
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -40,7 +42,6 @@ from devassist.db import (
     PLACEHOLDER_USER,
     CompiledSelect,
     bind,
-    commit_without_flush_wait,
     placeholder_ids,
 )
 from devassist.errors import BadRequest, Conflict, NotFound, PayloadTooLarge
@@ -360,11 +361,13 @@ def _check_changes(changes: dict[str, Any]) -> None:
         raise InvalidStep(f"Unknown status {changes['status']!r}.")
 
 
-@lru_cache(maxsize=2)
-def _lock_query(vendor: str) -> CompiledSelect:
-    return CompiledSelect.of(
+@lru_cache(maxsize=4)
+def _lock_query(vendor: str, skip_flush_wait: bool) -> CompiledSelect:
+    query = CompiledSelect.of(
         Trace.objects.select_for_update().filter(pk=PLACEHOLDER_TRACE).order_by()
     )
+    # The transaction's first statement: the durability setting travels with it.
+    return query.prefixed(db.SKIP_FLUSH_WAIT) if skip_flush_wait else query
 
 
 @lru_cache(maxsize=64)
@@ -384,9 +387,12 @@ def _step_query(vendor: str) -> CompiledSelect:
     )
 
 
-def _locked_running_trace(trace_id: uuid.UUID) -> Trace:
-    """The trace, locked until the transaction ends; raises unless it is running."""
-    found = _lock_query(connection.vendor).instances(Trace, {PLACEHOLDER_TRACE: trace_id})
+def _locked_running_trace(trace_id: uuid.UUID, *, skip_flush_wait: bool = False) -> Trace:
+    """The trace, locked until the transaction ends; raises unless it is running. With
+    ``skip_flush_wait``, the transaction commits without waiting for the disk
+    (``devassist.db.commit_without_flush_wait``, in the same round trip)."""
+    query = _lock_query(connection.vendor, skip_flush_wait and db.flush_wait_skippable())
+    found = query.instances(Trace, {PLACEHOLDER_TRACE: trace_id})
     trace = found[0] if found else None
     if trace is None:
         raise TraceNotFound(f"Trace {trace_id} does not exist.")
@@ -443,6 +449,57 @@ def event_dict(event: TraceEvent) -> dict[str, Any]:
 
 
 # --- the ORM store ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Position:
+    """Where a stored step sits: what a child needs of its parent."""
+
+    id: uuid.UUID
+    trace_id: uuid.UUID
+    seq: int
+    depth: int
+    path: list[int]
+
+
+class _Positions:
+    """Positions of committed steps, least recently used forgotten first. A step never moves
+    and is only ever deleted with its trace, so a remembered position stays true; it lets a
+    batch whose parents are all known skip looking them up (``OrmTraceStore.add_steps_sync``).
+    Thread-safe."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._known: OrderedDict[uuid.UUID, _Position] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, ids: Iterable[uuid.UUID]) -> dict[uuid.UUID, _Position]:
+        with self._lock:
+            found = {i: self._known[i] for i in ids if i in self._known}
+            for i in found:
+                self._known.move_to_end(i)
+        return found
+
+    def remember(self, steps: Iterable[Step]) -> None:
+        with self._lock:
+            for step in steps:
+                self._known[step.id] = _Position(
+                    step.id, step.trace_id, step.seq, step.depth, list(step.path)
+                )
+                self._known.move_to_end(step.id)
+            while len(self._known) > self.size:
+                self._known.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._known.clear()
+
+
+_positions = _Positions(20_000)
+
+
+class _ResentIds(Exception):
+    """A batch written on the assumption that its ids are new met stored ones."""
 
 
 class OrmTraceStore:
@@ -589,12 +646,31 @@ class OrmTraceStore:
             _check_changes(changes)
         if not steps and not updates and not with_rows:
             return AddedSteps(steps=[], created=0), []
+        try:
+            return self._add_steps_once(trace_id, steps, updates, with_rows, assume_new=True)
+        except _ResentIds:
+            return self._add_steps_once(trace_id, steps, updates, with_rows, assume_new=False)
+
+    def _add_steps_once(
+        self,
+        trace_id: uuid.UUID,
+        steps: Sequence[StepCreate],
+        updates: Mapping[uuid.UUID, dict[str, Any]],
+        with_rows: Sequence[models.Model],
+        *,
+        assume_new: bool,
+    ) -> tuple[AddedSteps, list[dict[str, Any]]]:
+        """One try at ``add_steps_sync``. With ``assume_new``, when every parent's position
+        is known, the steps are taken for new without looking them up, and ``_ResentIds``
+        (the transaction rolled back) says they were not."""
         committed: list[dict[str, Any]] = []
         with transaction.atomic():
-            commit_without_flush_wait()
-            trace = _locked_running_trace(trace_id)
-            stored, new_steps, events = self._build_batch(trace, steps)
-            db.insert(new_steps)
+            trace = _locked_running_trace(trace_id, skip_flush_wait=True)
+            stored, new_steps, events, assumed = self._build_batch(
+                trace, steps, assume_new=assume_new
+            )
+            if db.insert(new_steps, skip_conflicts=assumed) != len(new_steps):
+                raise _ResentIds
             for step_id, changes in updates.items():
                 events.append(self._update_locked(trace, step_id, changes)[1])
             db.insert(events)
@@ -604,29 +680,36 @@ class OrmTraceStore:
                 db.update(trace, [*_TRACE_COUNTERS, "total_steps", "root_count"])
             payload = [event_dict(event) for event in events]
             transaction.on_commit(lambda: committed.extend(payload))
+            transaction.on_commit(lambda: _positions.remember(new_steps))
         if new_steps:
             logger.info("steps_added", trace_id=str(trace_id), count=len(new_steps))
         return AddedSteps(steps=stored, created=len(new_steps)), committed
 
     def _build_batch(
-        self, trace: Trace, items: Sequence[StepCreate]
-    ) -> tuple[list[Step], list[Step], list[TraceEvent]]:
+        self, trace: Trace, items: Sequence[StepCreate], *, assume_new: bool = False
+    ) -> tuple[list[Step], list[Step], list[TraceEvent], bool]:
+        """The batch's steps (stored ones for re-sent ids), the new ones, their events, and
+        whether the ids were assumed new (``assume_new`` and every outside parent's position
+        known: nothing was looked up, so the caller must check the insert)."""
         ids = [item.id for item in items]
         if len(ids) != len(set(ids)):
             raise InvalidStep("A step id appears twice in the batch.")
-        # One query for the re-sent ids and the parents named from outside the batch.
-        wanted = list(dict.fromkeys([*ids, *(item.parent_id for item in items if item.parent_id)]))
-        found: dict[uuid.UUID, Step] = {}
+        named = {item.parent_id for item in items if item.parent_id} - set(ids)
+        known = _positions.get(named) if assume_new else {}
+        assumed = assume_new and len(known) == len(named)
+        # Otherwise one query for the re-sent ids and the parents named from outside the batch.
+        wanted = [] if assumed else list(dict.fromkeys([*ids, *named]))
+        found: dict[uuid.UUID, Step | _Position] = dict(known) if assumed else {}
         if wanted:
             nodes = _nodes_query(connection.vendor, len(wanted)).instances(
                 Step, dict(zip(placeholder_ids(len(wanted)), wanted, strict=True))
             )
             found = {node.id: node for node in nodes}
         resent = [step_id for step_id in ids if step_id in found]
-        if resent:
-            # Re-sent ids are given back whole, as stored.
-            found.update((s.id, s) for s in Step.objects.filter(id__in=resent))
-        existing = {step_id: found[step_id] for step_id in resent}
+        # Re-sent ids are given back whole, as stored.
+        existing: dict[uuid.UUID, Step] = (
+            {s.id: s for s in Step.objects.filter(id__in=resent)} if resent else {}
+        )
         foreign = [str(sid) for sid, s in existing.items() if s.trace_id != trace.id]
         if foreign:
             raise StepIdConflict(
@@ -718,12 +801,12 @@ class OrmTraceStore:
         # Events carry the steps as stored, rollups from later steps of the batch included.
         for step in new_steps:
             events.append(_step_event("step_added", step.seq, trace, step=step_dict(step)))
-        return stored, new_steps, events
+        return stored, new_steps, events, assumed
 
     @staticmethod
     def _parent_for(
-        trace: Trace, item: StepCreate, index: int, parents: dict[uuid.UUID, Step]
-    ) -> Step | None:
+        trace: Trace, item: StepCreate, index: int, parents: Mapping[uuid.UUID, Step | _Position]
+    ) -> Step | _Position | None:
         if item.parent_id is None:
             return None
         parent = parents.get(item.parent_id)
@@ -755,8 +838,7 @@ class OrmTraceStore:
         _check_changes(changes)
         committed: list[dict[str, Any]] = []
         with transaction.atomic():
-            commit_without_flush_wait()
-            trace = _locked_running_trace(trace_id)
+            trace = _locked_running_trace(trace_id, skip_flush_wait=True)
             step, event = self._update_locked(trace, step_id, changes)
             db.update(trace, _TRACE_COUNTERS)
             db.insert([event])

@@ -400,3 +400,40 @@ def test_a_batch_can_update_steps_in_the_same_transaction(user):
     with pytest.raises(InvalidStep):
         async_to_sync(store.add_steps)(trace.id, [step("goal")], updates={root.id: {"seq": 1}})
     assert Step.objects.filter(trace=trace).count() == 3
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_batch_under_known_parents_is_written_without_looking_them_up(
+    user, django_assert_num_queries
+):
+    store = orm_store()
+    trace = make_trace(user)
+    root = step("goal")
+    async_to_sync(store.add_steps)(trace.id, [root])
+
+    child = step("thought", parent=root)
+    # BEGIN, the lock (with the durability setting), the ancestors' rollups, the steps, the
+    # events, the trace's counters, COMMIT: no parent lookup.
+    with django_assert_num_queries(7):
+        store.add_steps_sync(trace.id, [child])
+
+    stored = Step.objects.get(pk=child.id)
+    assert (stored.depth, stored.path, stored.parent_id) == (1, [1], root.id)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_resent_step_under_a_known_parent_is_still_given_back_as_stored(user):
+    store = orm_store()
+    trace = make_trace(user)
+    root = step("goal")
+    child = step("thought", parent=root)
+    async_to_sync(store.add_steps)(trace.id, [root, child])
+    first = Step.objects.get(pk=child.id)
+
+    again = async_to_sync(store.add_steps)(trace.id, [child, step("action", parent=root)])
+
+    assert again.created == 1
+    assert again.steps[0].seq == first.seq
+    assert Step.objects.filter(trace=trace).count() == 3
+    trace.refresh_from_db()
+    assert trace.total_steps == 3
