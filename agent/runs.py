@@ -1,5 +1,11 @@
 """Run lifecycle: create a run and its trace, execute it as a task independent of any HTTP
-connection, record every iteration as it happens, cancel it, and follow its events."""
+connection, record every iteration as it happens, cancel it, and follow its events.
+
+A run has a mode (``agent.models.RunMode``): ``agent`` runs the ReAct loop with tools; ``chat``
+streams the model's answer to the message with the conversation as history; ``rag`` retrieves
+chunks from a knowledge collection and streams an answer that cites them (``sources``). Every
+mode is recorded in the run's trace and emits the same SSE events (``meta``, ``step``s,
+``delta``s, ``error``, ``done``), so re-attaching and cancelling work alike for all of them."""
 
 from __future__ import annotations
 
@@ -11,18 +17,21 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
+import orjson
 import structlog
 from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 from django.utils import timezone
 
 from agent.events import RunEvents, run_group
+from agent.knowledge.rag import rag_answer
+from agent.knowledge.search import SearchResult
 from agent.llm import get_llm
-from agent.llm.base import ChatMessage, LLMProvider
+from agent.llm.base import ChatMessage, LLMProvider, LLMResponse
 from agent.loop import AgentCancelled, Iteration, LoopConfig, run_react
 from agent.memory import consolidate, long_term_message, recall, short_term_memory
 from agent.models import AgentRun, RunMode, RunStatus
-from agent.tools.registry import ToolContext, ToolNotFound, default_registry
+from agent.tools.registry import ToolContext, ToolNotFound, ToolRegistry, default_registry
 from chat.models import Message, MessageKind, MessageRole
 from chat.selectors import conversation_get_for
 from chat.services import NewMessage, messages_append
@@ -45,6 +54,15 @@ class RunFinished(Conflict):
     code = "run_finished"
 
 
+#: The system message of a plain chat run (the conversation's turns follow it).
+CHAT_SYSTEM_PROMPT = (
+    "You are DevAssist, a developer assistant. Answer the user's message directly and "
+    "concisely, in the language of the message. Use Markdown; put code in fenced blocks with "
+    "their language."
+)
+#: The model name of the offline provider, which speaks only the ReAct protocol.
+OFFLINE_MODEL = "offline"
+
 #: Runs executing in this process: their tasks and cancel events.
 _running: dict[uuid.UUID, tuple[asyncio.Task[None], threading.Event]] = {}
 
@@ -56,13 +74,17 @@ async def run_create(
     tools: list[str] | None = None,
     request_id: str = "",
     conversation_id: uuid.UUID | None = None,
+    mode: str = RunMode.AGENT,
 ) -> AgentRun:
     """A queued run with its trace. With ``conversation_id`` (one of the user's), the message
     is stored in the conversation before the run starts, and the run remembers the
-    conversation (``agent.memory``). Raises ``AgentInputInvalid`` for an empty message or an
-    unknown tool name, ``ConversationNotFound`` for an unknown or foreign conversation."""
+    conversation (``agent.memory``). ``mode`` is a ``RunMode``; only ``agent`` runs use tools.
+    Raises ``AgentInputInvalid`` for an empty message, an unknown tool name or mode,
+    ``ConversationNotFound`` for an unknown or foreign conversation."""
     if not message or not message.strip():
         raise AgentInputInvalid("The message is empty.")
+    if mode not in RunMode.values:
+        raise AgentInputInvalid(f"Unknown run mode {mode!r}.", details={"modes": RunMode.values})
     if conversation_id is not None:
         await sync_to_async(conversation_get_for)(user=user, conversation_id=conversation_id)
     registry = default_registry()
@@ -75,16 +97,24 @@ async def run_create(
             ) from exc
     llm = get_llm()
     trace = await get_trace_store().create_trace(
-        user=user, task=message, mode=TraceMode.AGENT, agent_type="devassist"
+        user=user,
+        task=message,
+        mode=TraceMode.AGENT,
+        agent_type="devassist",
+        metadata={"run_mode": mode},
     )
     run = await AgentRun.objects.acreate(
         user=user,
         trace=trace,
         conversation_id=conversation_id,
         request_id=request_id,
-        mode=RunMode.AGENT,
+        mode=mode,
         input=message,
-        tools=registry.names() if tools is None else sorted(set(tools)),
+        tools=[]
+        if mode != RunMode.AGENT
+        else registry.names()
+        if tools is None
+        else sorted(set(tools)),
         model=llm.model,
     )
     if conversation_id is not None:
@@ -105,10 +135,14 @@ async def _append_messages(run: AgentRun, messages: list[NewMessage]) -> list[Me
     return stored
 
 
-def run_start(run: AgentRun) -> asyncio.Task[None]:
-    """Execute ``run`` as a task of the running loop; it goes on when the caller goes away."""
+def run_start(run: AgentRun, *, collection: str | None = None) -> asyncio.Task[None]:
+    """Execute ``run`` as a task of the running loop; it goes on when the caller goes away.
+    ``collection`` is the knowledge collection a ``rag`` run answers from (default:
+    ``settings.KNOWLEDGE_DEFAULT_COLLECTION``)."""
     cancel = threading.Event()
-    task = asyncio.get_running_loop().create_task(_execute(run, cancel), name=f"run-{run.id}")
+    task = asyncio.get_running_loop().create_task(
+        _execute(run, cancel, collection=collection), name=f"run-{run.id}"
+    )
     _running[run.id] = (task, cancel)
     task.add_done_callback(lambda _: _running.pop(run.id, None))
     return task
@@ -135,7 +169,9 @@ async def run_get(*, user: Any, run_id: uuid.UUID) -> AgentRun:
     return run
 
 
-async def _execute(run: AgentRun, cancel: threading.Event) -> None:
+async def _execute(
+    run: AgentRun, cancel: threading.Event, *, collection: str | None = None
+) -> None:
     events = RunEvents(run.id)
     watcher = asyncio.create_task(_watch_for_cancel(run.id, cancel))
     llm = get_llm()
@@ -144,17 +180,23 @@ async def _execute(run: AgentRun, cancel: threading.Event) -> None:
     try:
         await recorder.start(llm)
         history = await recorder.remember() if run.conversation_id else []
-        registry = default_registry().subset(run.tools)
-        context = ToolContext(user=run.user, run_id=run.id, cancel=cancel)
-        answer = await run_react(
-            task=run.input,
-            history=history,
-            llm=llm,
-            tools=registry,
-            recorder=recorder,
-            context=context,
-            config=LoopConfig(),
-        )
+        if run.mode == RunMode.RAG:
+            answer = await _answer_from_documents(run, recorder, cancel, collection)
+        elif run.mode == RunMode.CHAT and llm.model != OFFLINE_MODEL:
+            answer = await _chat(run, history, llm, recorder, cancel)
+        else:
+            # The offline provider answers only in the ReAct protocol: its chat goes through
+            # the loop, without tools.
+            registry = default_registry().subset(run.tools)
+            answer = await run_react(
+                task=run.input,
+                history=history,
+                llm=llm,
+                tools=registry if run.mode == RunMode.AGENT else ToolRegistry(),
+                recorder=recorder,
+                context=ToolContext(user=run.user, run_id=run.id, cancel=cancel),
+                config=LoopConfig(),
+            )
         await recorder.finish(RunStatus.COMPLETED, output=answer)
     except (AgentCancelled, asyncio.CancelledError):
         await asyncio.shield(recorder.finish(RunStatus.CANCELLED, error="Cancelled."))
@@ -170,6 +212,87 @@ async def _execute(run: AgentRun, cancel: threading.Event) -> None:
         with contextlib.suppress(BaseException):
             await watcher  # retrieve its end, whatever the layer raised on the way out
         structlog.contextvars.unbind_contextvars("run_id", "trace_id")
+
+
+async def _chat(
+    run: AgentRun,
+    history: list[ChatMessage],
+    llm: LLMProvider,
+    recorder: RunRecorder,
+    cancel: threading.Event,
+) -> str:
+    """One streamed model call on the conversation and the message; each piece of text goes
+    out as a delta. Recorded as a ``thought`` step (the call) and the ``response``."""
+    messages: list[ChatMessage] = [
+        {"role": "system", "content": CHAT_SYSTEM_PROMPT},
+        *history,
+        {"role": "user", "content": run.input},
+    ]
+    started_at, started = time.time(), time.monotonic()
+    text = ""
+    response: LLMResponse | None = None
+    async for chunk in llm.stream(messages, cancel=cancel):
+        if chunk.response is not None:
+            response = chunk.response
+            break
+        text += chunk.delta
+        await recorder.answer_delta(chunk.delta)
+    if cancel.is_set():
+        raise AgentCancelled
+    if response is None:
+        response = LLMResponse(
+            content=text, model=llm.model, latency_ms=int((time.monotonic() - started) * 1000)
+        )
+    await recorder.model_called(response, started_at=started_at)
+    await recorder.answered(response.content, streamed=True)
+    return response.content
+
+
+async def _answer_from_documents(
+    run: AgentRun, recorder: RunRecorder, cancel: threading.Event, collection: str | None
+) -> str:
+    """Retrieve (a ``step`` event the moment the chunks are found) and answer with sources
+    (``agent.knowledge.rag``), streaming the answer as deltas."""
+    started_at, started = time.time(), time.monotonic()
+    streamed = ""
+
+    async def retrieved(chunks: list[SearchResult]) -> None:
+        await recorder.retrieved(
+            chunks, collection=collection, started_at=started_at, started=started
+        )
+
+    async def delta(text: str) -> None:
+        nonlocal streamed
+        streamed += text
+        await recorder.answer_delta(text)
+
+    result = await rag_answer(
+        question=run.input,
+        collection=collection,
+        cancel=cancel,
+        on_retrieved=retrieved,
+        on_delta=delta,
+    )
+    if cancel.is_set():
+        raise AgentCancelled
+    # The Sources list (and an extractive answer) are not streamed by the model.
+    if result.answer.startswith(streamed):
+        await recorder.answer_delta(result.answer[len(streamed) :])
+    elif streamed:
+        await recorder.answer_delta("\n\n" + result.answer)
+    sources = [
+        {
+            "number": s.number,
+            "source": s.source,
+            "chunk_index": s.chunk_index,
+            "title": s.title,
+            "label": s.label,
+        }
+        for s in result.sources
+    ]
+    recorder.answer_metadata["sources"] = sources
+    await recorder.answered(result.answer, streamed=True, data={"sources": sources})
+    return result.answer
 
 
 async def _watch_for_cancel(run_id: uuid.UUID, cancel: threading.Event) -> None:
@@ -204,6 +327,8 @@ class RunRecorder:
         self.llm: LLMProvider | None = None
         #: What the model produced and was shown during the run, for the conversation.
         self.transcript: list[NewMessage] = []
+        #: Stored with the final answer's message (a RAG answer's ``sources``).
+        self.answer_metadata: dict[str, Any] = {}
 
     async def start(self, llm: LLMProvider) -> None:
         self.llm = llm
@@ -228,8 +353,8 @@ class RunRecorder:
             conversation_id=str(self.run.conversation_id) if self.run.conversation_id else None,
             run_id=str(self.run.id),
             trace_id=str(self.run.trace_id),
-            agent=True,
-            rag=False,
+            agent=self.run.mode == RunMode.AGENT,
+            rag=self.run.mode == RunMode.RAG,
             model=llm.model,
         )
 
@@ -341,11 +466,101 @@ class RunRecorder:
         )
         await self._first_output()
 
+    async def model_called(self, response: LLMResponse, *, started_at: float) -> None:
+        """A chat run's model call, as a ``thought`` step."""
+        assert self.run.trace_id is not None
+        await self.store.add_step(
+            self.run.trace_id,
+            StepCreate(
+                step_type="thought",
+                parent_id=self.goal_id,
+                name="chat",
+                status=StepStatus.COMPLETED,
+                data={
+                    "model": response.model,
+                    "finish_reason": response.finish_reason,
+                    "prompt_tokens": response.usage.prompt_tokens,
+                    "completion_tokens": response.usage.completion_tokens,
+                },
+                tokens=response.usage.total_tokens,
+                duration_ms=response.latency_ms,
+                started_at=datetime.fromtimestamp(started_at, tz=UTC),
+            ),
+        )
+
+    async def retrieved(
+        self,
+        chunks: list[SearchResult],
+        *,
+        collection: str | None,
+        started_at: float,
+        started: float,
+    ) -> None:
+        """A RAG run's retrieval: an ``action`` step (``search_docs``) with its ``result``,
+        and a ``step`` event shaped like an agent iteration's."""
+        assert self.run.trace_id is not None
+        args = {"query": self.run.input, "collection": collection}
+        found = [
+            {
+                "source": c.source,
+                "chunk_index": c.chunk_index,
+                "title": c.title,
+                "score": c.score,
+            }
+            for c in chunks
+        ]
+        observation = orjson.dumps({"results": found}).decode()
+        action = StepCreate(
+            step_type="action",
+            parent_id=self.goal_id,
+            name="search_docs",
+            status=StepStatus.COMPLETED,
+            data={"tool_name": "search_docs", "arguments": args},
+            duration_ms=int((time.monotonic() - started) * 1000),
+            started_at=datetime.fromtimestamp(started_at, tz=UTC),
+        )
+        result = StepCreate(
+            step_type="result",
+            parent_id=action.id,
+            name="search_docs",
+            status=StepStatus.COMPLETED,
+            description=f"{len(chunks)} chunks",
+            data={"observation": observation, "results": found},
+        )
+        self.step_count += 1
+        event = await self.events.prepare(
+            "step",
+            step_index=self.step_count,
+            step_id=str(action.id),
+            thought="",
+            action_raw="",
+            tool_name="search_docs",
+            tool_args=args,
+            observation=observation,
+            error=None,
+            started_at_ms=_ms(started_at),
+            finished_at_ms=_ms(time.time()),
+            latency_ms=int((time.monotonic() - started) * 1000),
+        )
+        await self.store.add_steps(self.run.trace_id, [action, result], with_rows=[event])
+        await self.events.publish(event)
+        self.transcript.append(
+            NewMessage(
+                role=MessageRole.TOOL,
+                content=observation,
+                kind=MessageKind.STEP,
+                metadata={"step_id": str(result.id), "tool_name": "search_docs", "error": None},
+            )
+        )
+        await self._first_output()
+
     async def answer_delta(self, text: str) -> None:
         await self.events.delta(text)
         await self._first_output()
 
-    async def answered(self, answer: str, *, streamed: bool) -> None:
+    async def answered(
+        self, answer: str, *, streamed: bool, data: dict[str, Any] | None = None
+    ) -> None:
         if not streamed:
             await self.events.delta(answer)
         await self.events.flush_delta()
@@ -357,7 +572,7 @@ class RunRecorder:
                 parent_id=self.goal_id,
                 name="answer",
                 status=StepStatus.COMPLETED,
-                data={"answer": answer},
+                data={"answer": answer, **(data or {})},
             ),
         )
         await self._first_output()
@@ -430,7 +645,11 @@ class RunRecorder:
                 NewMessage(
                     role=MessageRole.ASSISTANT,
                     content=output,
-                    metadata={"model": self.llm.model if self.llm else "", "mode": self.run.mode},
+                    metadata={
+                        "model": self.llm.model if self.llm else "",
+                        "mode": self.run.mode,
+                        **self.answer_metadata,
+                    },
                 )
             )
         await _append_messages(self.run, messages)

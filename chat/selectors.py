@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import base64
 import uuid
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
-from chat.models import Conversation, Message
-from devassist.errors import NotFound
+from django.db.models import Exists, OuterRef, Q
+
+from chat.models import Conversation, Message, MessageRole
+from devassist.errors import BadRequest, NotFound
 
 
 class ConversationNotFound(NotFound):
@@ -49,3 +54,111 @@ def turns_between(
         .order_by("sequence")
         .only("role", "content", "sequence")
     )
+
+
+#: How many conversations a page of the list holds at most.
+CONVERSATION_PAGE_MAX = 100
+
+
+@dataclass(frozen=True)
+class ConversationPage:
+    """A page of conversations, newest activity first; ``next_cursor`` continues after it."""
+
+    conversations: list[Conversation]
+    next_cursor: str | None
+
+
+class CursorInvalid(BadRequest):
+    code = "cursor_invalid"
+
+
+def _encode_cursor(conversation: Conversation) -> str:
+    raw = f"{conversation.updated_at.isoformat()}|{conversation.id}"
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def _decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        stamp, _, ident = raw.partition("|")
+        when = datetime.fromisoformat(stamp)
+        if when.tzinfo is None:
+            raise ValueError("naive cursor time")
+        return when, uuid.UUID(ident)
+    except ValueError as exc:
+        raise CursorInvalid("The cursor is not one this API gave out.") from exc
+
+
+def conversation_list_for(
+    *, user: Any, query: str = "", cursor: str | None = None, limit: int = 30
+) -> ConversationPage:
+    """The user's conversations, most recently active first; with ``query``, those whose title
+    or one of whose turns contains it (case-insensitive). ``cursor`` is a previous page's
+    ``next_cursor``; raises ``CursorInvalid`` for anything else."""
+    limit = max(1, min(limit, CONVERSATION_PAGE_MAX))
+    qs = Conversation.objects.owned_by(user).order_by("-updated_at", "-id")
+    query = query.strip()
+    if query:
+        matching_turns = Message.objects.turns().filter(
+            conversation=OuterRef("pk"), content__icontains=query
+        )
+        qs = qs.filter(Q(title__icontains=query) | Q(Exists(matching_turns)))
+    if cursor:
+        when, ident = _decode_cursor(cursor)
+        qs = qs.filter(Q(updated_at__lt=when) | Q(updated_at=when, id__lt=ident))
+    rows = list(qs.only("id", "title", "created_at", "updated_at")[: limit + 1])
+    more = len(rows) > limit
+    rows = rows[:limit]
+    return ConversationPage(
+        conversations=rows, next_cursor=_encode_cursor(rows[-1]) if more and rows else None
+    )
+
+
+@dataclass(frozen=True)
+class DisplayMessage:
+    """A message as the chat shows it: a user turn (with its run's state) or a final answer
+    (with its route, model and sources)."""
+
+    id: uuid.UUID
+    role: str
+    content: str
+    sequence: int
+    created_at: datetime
+    run_id: uuid.UUID | None
+    mode: str
+    model: str
+    sources: list[dict[str, Any]]
+    run_status: str
+    error: str
+
+
+def display_messages(*, conversation: Conversation) -> list[DisplayMessage]:
+    """The conversation as the chat shows it: the user's messages and the final answers, in
+    order (system turns, model outputs, tool observations and memory left out). A user turn
+    carries its run's status and error, so a failed run shows why."""
+    rows = (
+        Message.objects.turns()
+        .filter(conversation=conversation, role__in=[MessageRole.USER, MessageRole.ASSISTANT])
+        .select_related("run")
+        .order_by("sequence")
+    )
+    shown = []
+    for message in rows:
+        run = message.run
+        metadata = message.metadata or {}
+        shown.append(
+            DisplayMessage(
+                id=message.id,
+                role=message.role,
+                content=message.content,
+                sequence=message.sequence,
+                created_at=message.created_at,
+                run_id=message.run_id,
+                mode=str(metadata.get("mode") or (run.mode if run else "")),
+                model=str(metadata.get("model") or (run.model if run else "")),
+                sources=list(metadata.get("sources") or []),
+                run_status=run.status if run else "",
+                error=run.error if run else "",
+            )
+        )
+    return shown

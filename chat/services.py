@@ -7,12 +7,22 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import structlog
 from django.db import transaction
 from django.utils import timezone
 
+from agent.knowledge.store import delete_where
+from agent.memory import memory_config, short_term_memory
 from chat.models import Conversation, Message, MessageKind, MessageRole
+from devassist.errors import BadRequest
+
+logger = structlog.get_logger(__name__)
 
 TITLE_MAX_CHARS = 80
+
+
+class TitleInvalid(BadRequest):
+    code = "title_invalid"
 
 
 @dataclass(frozen=True)
@@ -79,3 +89,41 @@ def title_from(text: str) -> str:
     if " " in cut[TITLE_MAX_CHARS // 2 :]:
         cut = cut.rsplit(" ", 1)[0]
     return cut + "…"
+
+
+@transaction.atomic
+def conversation_start(*, owner: Any, history: Sequence[NewMessage] = ()) -> Conversation:
+    """A new conversation of ``owner``, holding ``history`` (earlier turns a client kept
+    itself) as its first turns."""
+    conversation = conversation_create(owner=owner)
+    if history:
+        messages_append(conversation_id=conversation.id, messages=history)
+        conversation.refresh_from_db()
+    return conversation
+
+
+def conversation_rename(*, conversation: Conversation, title: str) -> Conversation:
+    """Set the title (whitespace collapsed, at most ``TITLE_MAX_CHARS``). Raises
+    ``TitleInvalid`` (400) for a blank title."""
+    cleaned = " ".join(title.split())[:TITLE_MAX_CHARS]
+    if not cleaned:
+        raise TitleInvalid("The title is blank.")
+    conversation.title = cleaned
+    conversation.save(update_fields=["title", "updated_at"])
+    return conversation
+
+
+def conversation_delete(*, conversation: Conversation) -> None:
+    """Delete the conversation with its messages and memory (the summaries, their records in
+    the long-term store, the cached window); its runs and traces stay (their
+    ``conversation`` becomes empty). A long-term store that cannot be reached keeps its
+    records, which no conversation can recall any more."""
+    conversation_id = conversation.id
+    conversation.delete()
+    short_term_memory().forget(conversation_id)
+    try:
+        delete_where(memory_config().collection, where={"conversation_id": str(conversation_id)})
+    except Exception as exc:
+        logger.warning(
+            "conversation_memory_not_deleted", conversation_id=str(conversation_id), error=str(exc)
+        )

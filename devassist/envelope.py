@@ -54,7 +54,7 @@ def error_response(
 
 #: Where the API lives: answers are JSON, errors the envelope, and authentication is the API's
 #: own (session with CSRF, or a bearer token) instead of the login page.
-API_PREFIXES = ("/api/", "/agent", "/admin/agent-traces")
+API_PREFIXES = ("/api/", "/agent", "/chat", "/admin/agent-traces")
 
 
 def is_api_path(request: HttpRequest) -> bool:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 import structlog
@@ -88,16 +88,22 @@ async def rag_answer(
     collection: str | None = None,
     top_k: int = DEFAULT_TOP_K,
     cancel: threading.Event | None = None,
+    on_retrieved: Callable[[list[SearchResult]], Awaitable[None]] | None = None,
+    on_delta: Callable[[str], Awaitable[None]] | None = None,
 ) -> RagAnswer:
     """Answer ``question`` from ``collection`` (default ``settings.KNOWLEDGE_DEFAULT_COLLECTION``).
 
     Raises ``CollectionNotFound``, ``EmbeddingsMismatch``, ``EmbeddingsUnavailable`` and the
     provider's ``LLMUnavailable`` / ``LLMTimeout``; cancelling (or setting ``cancel``) stops the
-    model call."""
+    model call. ``on_retrieved`` is awaited with the chunks once they are found; with
+    ``on_delta`` the model's answer is streamed and each piece awaited with it as it arrives
+    (the answer returned is the whole one, with its ``Sources:`` list)."""
     name = collection or settings.KNOWLEDGE_DEFAULT_COLLECTION
     chunks = await sync_to_async(search, thread_sensitive=False)(
         query=question, top_k=top_k, collection=name
     )
+    if on_retrieved is not None:
+        await on_retrieved(chunks)
     chinese = bool(_CJK.search(question))
     sources = [
         RagSource(number=n, source=c.source, chunk_index=c.chunk_index, title=c.title)
@@ -111,8 +117,17 @@ async def rag_answer(
         )
         logger.info("rag_answered", collection=name, chunks=len(chunks), model=llm.model)
         return RagAnswer(answer=answer, sources=quoted, chunks=chunks)
-    response = await llm.complete(rag_messages(question, chunks), cancel=cancel)
-    body = strip_sources_block(response.content)
+    if on_delta is None:
+        content = (await llm.complete(rag_messages(question, chunks), cancel=cancel)).content
+    else:
+        content = ""
+        async for chunk in llm.stream(rag_messages(question, chunks), cancel=cancel):
+            if chunk.response is not None:
+                content = chunk.response.content
+                break
+            content += chunk.delta
+            await on_delta(chunk.delta)
+    body = strip_sources_block(content)
     cited = {int(n) for n in _CITATION.findall(body)}
     listed = [s for s in sources if s.number in cited] or sources
     answer = f"{body}\n\n{sources_block([(s.number, s.label) for s in listed])}"

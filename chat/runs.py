@@ -1,0 +1,157 @@
+"""Chat turns: route a message, keep the conversation, and start the run that answers it.
+
+A chat turn always belongs to a conversation: an existing one of the user's (its history comes
+from the database), or a new one created for it (holding the ``history`` the client sent). The
+user's message is stored before the run starts; the run (``agent.runs``) stores the answer, or
+its error on the run, when it ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from http import HTTPStatus
+from typing import Any
+
+import structlog
+from asgiref.sync import sync_to_async
+from django.conf import settings
+
+from agent.knowledge.store import collection_count, open_collection
+from agent.llm.base import LLMTimeout, LLMUnavailable
+from agent.loop import AgentMaxIterations
+from agent.models import AgentRun, RunEvent, RunStatus
+from agent.runs import run_create, run_start
+from chat.models import Message, MessageKind, MessageRole
+from chat.routing import Route, choose_route
+from chat.selectors import conversation_get_for
+from chat.services import NewMessage, conversation_start
+from devassist.errors import ApiError, BadRequest, PayloadTooLarge
+
+logger = structlog.get_logger(__name__)
+
+#: The longest message a chat turn accepts, in characters (longer ones are 413).
+MESSAGE_MAX_CHARS = 32_000
+
+#: The HTTP status of a failed run, by its stored error code.
+_FAILURE_STATUS = {
+    error.code: error.status for error in (AgentMaxIterations, LLMUnavailable, LLMTimeout)
+}
+
+
+class ChatInputInvalid(BadRequest):
+    code = "chat_input_invalid"
+
+
+class MessageTooLarge(PayloadTooLarge):
+    code = "message_too_large"
+
+
+@dataclass(frozen=True)
+class ChatTurn:
+    """A started turn: its run (executing as ``task``) and the route it took."""
+
+    run: AgentRun
+    route: Route
+    task: asyncio.Task[None]
+
+
+async def documents_exist(collection: str | None) -> bool:
+    """Whether the collection (default ``KNOWLEDGE_DEFAULT_COLLECTION``) holds any chunk; a
+    store that cannot be read counts as empty."""
+    name = collection or settings.KNOWLEDGE_DEFAULT_COLLECTION
+    try:
+        return await sync_to_async(collection_count, thread_sensitive=False)(name) > 0
+    except Exception as exc:
+        logger.warning("chat_collection_unreadable", collection=name, error=str(exc))
+        return False
+
+
+async def chat_turn_start(
+    *,
+    user: Any,
+    message: str,
+    conversation_id: uuid.UUID | None = None,
+    history: Sequence[NewMessage] = (),
+    use_agent: bool | None = None,
+    use_rag: bool | None = None,
+    collection: str | None = None,
+    request_id: str = "",
+) -> ChatTurn:
+    """Route ``message`` (``chat.routing``) and start its run in the conversation.
+
+    With ``conversation_id`` the conversation's own turns are the history and ``history`` is
+    ignored; without it a new conversation is created holding ``history``. Raises
+    ``ChatInputInvalid`` (400) for an empty message, ``MessageTooLarge`` (413) past
+    ``MESSAGE_MAX_CHARS``, ``ConversationNotFound`` (404) for an unknown or foreign
+    conversation, ``CollectionNotFound`` (404) when RAG is asked of a missing collection."""
+    if not message.strip():
+        raise ChatInputInvalid("The message is empty.")
+    if len(message) > MESSAGE_MAX_CHARS:
+        raise MessageTooLarge(
+            f"The message is longer than {MESSAGE_MAX_CHARS} characters.",
+            details={"max_chars": MESSAGE_MAX_CHARS, "chars": len(message)},
+        )
+    if conversation_id is not None:
+        await sync_to_async(conversation_get_for)(user=user, conversation_id=conversation_id)
+    explicit = bool(use_agent) or bool(use_rag) or (use_agent is False and use_rag is False)
+    documents = False if explicit else await documents_exist(collection)
+    route = choose_route(
+        message=message, use_agent=use_agent, use_rag=use_rag, documents_exist=documents
+    )
+    if route.rag and collection:
+        await sync_to_async(open_collection, thread_sensitive=False)(collection)
+    if conversation_id is None:
+        conversation = await sync_to_async(conversation_start)(owner=user, history=history)
+        conversation_id = conversation.id
+    run = await run_create(
+        user=user,
+        message=message,
+        request_id=request_id,
+        conversation_id=conversation_id,
+        mode=route.mode,
+    )
+    logger.info("chat_turn_started", run_id=str(run.id), route=route.mode, reason=route.reason)
+    return ChatTurn(run=run, route=route, task=run_start(run, collection=collection))
+
+
+async def chat_turn_result(*, turn: ChatTurn) -> dict[str, Any]:
+    """Wait for the turn's run (it goes on if the caller goes away) and return
+    ``{conversation_id, run_id, trace_id, route, model, reply, steps, sources}``. A run that
+    did not complete raises ``ApiError`` with its code (409 when cancelled) and the run in
+    ``details``."""
+    await asyncio.shield(turn.task)
+    run = await AgentRun.objects.aget(pk=turn.run.id)
+    if run.status != RunStatus.COMPLETED:
+        cancelled = run.status == RunStatus.CANCELLED
+        raise ApiError(
+            run.error or f"Run {run.status}.",
+            code="run_cancelled" if cancelled else run.error_code or "internal_error",
+            status=HTTPStatus.CONFLICT
+            if cancelled
+            else _FAILURE_STATUS.get(run.error_code, HTTPStatus.INTERNAL_SERVER_ERROR),
+            details={
+                "run_id": str(run.id),
+                "trace_id": str(run.trace_id),
+                "conversation_id": str(run.conversation_id),
+            },
+        )
+    steps = [
+        event.payload
+        async for event in RunEvent.objects.filter(run=run, type="step").order_by("seq")
+    ]
+    answer = await Message.objects.filter(
+        run=run, role=MessageRole.ASSISTANT, kind=MessageKind.TURN
+    ).afirst()
+    return {
+        "conversation_id": run.conversation_id,
+        "run_id": run.id,
+        "trace_id": run.trace_id,
+        "route": run.mode,
+        "model": run.model,
+        "reply": run.output,
+        "steps": steps,
+        "sources": (answer.metadata or {}).get("sources", []) if answer else [],
+    }
