@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
-from django.urls import path
+from django.urls import include, path
 
 from devassist import views
 from devassist.api import api
@@ -12,6 +12,7 @@ urlpatterns = [
     path("healthz", views.healthz, name="healthz"),
     path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("traces/", include("traces.urls")),
     # The API first: its routes are exact, so the admin's catch-all below does not shadow
     # /admin/agent-traces.
     path("", api.urls),

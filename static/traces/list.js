@@ -1,0 +1,39 @@
+// The trace list: running traces update in place from their watch websockets.
+(function () {
+  "use strict";
+  const sockets = new Map();
+
+  function watch(row) {
+    const id = row.dataset.trace;
+    if (sockets.has(id)) return;
+    const scheme = location.protocol === "https:" ? "wss://" : "ws://";
+    const url = scheme + location.host + "/api/traces/" + id + "/watch?after_seq=" + row.dataset.running;
+    const socket = new WebSocket(url);
+    sockets.set(id, socket);
+    socket.onmessage = (event) => {
+      const message = JSON.parse(event.data);
+      const current = document.getElementById("t-" + id);
+      if (!current) { socket.close(); return; }
+      const totals = message.totals || message.trace;
+      if (totals) {
+        for (const name of ["total_steps", "error_count", "total_tokens", "total_cost"]) {
+          const cell = current.querySelector('[data-total="' + name + '"]');
+          if (cell && name in totals) {
+            cell.textContent = name === "total_cost" ? Number(totals[name]).toFixed(4) : totals[name];
+          }
+        }
+      }
+      if (message.event === "trace_completed") {
+        socket.close();
+        htmx.ajax("GET", current.dataset.rowUrl, { target: "#t-" + id, swap: "outerHTML" });
+      }
+    };
+    socket.onclose = () => sockets.delete(id);
+  }
+
+  function scan() {
+    document.querySelectorAll("tr[data-running]").forEach(watch);
+  }
+  scan();
+  document.body.addEventListener("htmx:afterSettle", scan);
+})();

@@ -1,0 +1,523 @@
+"""The trace browser's pages and fragments: access, filters, windows, deep links, search,
+jumps, the detail pane and the timeline, with pinned query counts."""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from datetime import UTC, datetime, timedelta
+from http import HTTPStatus
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+
+from tests.traces.factories import add, build_tree, make_trace, step
+from traces import selectors
+from traces.models import Step, Trace
+from traces.store import StepCreate
+
+SCRIPT = "<script>alert(1)</script>"
+ESCAPED = "&lt;script&gt;alert(1)&lt;/script&gt;"
+
+pytestmark = pytest.mark.django_db
+
+
+def rows(html: str) -> list[str]:
+    """The step ids of the rows rendered in ``html``."""
+    return re.findall(r'<li class="node[^"]*" id="s-([0-9a-f-]{36})"', html)
+
+
+@pytest.fixture
+def signed_in(client: Client, user: User) -> Client:
+    client.force_login(user)
+    return client
+
+
+def react_trace(user: User, iterations: int = 3, *, fail_at: int | None = None) -> Trace:
+    """A goal with ``iterations`` thought → action → result iterations and a response."""
+    trace = make_trace(user, task="Add two numbers")
+    goal = step("goal", name="task")
+    items = [goal]
+    for i in range(iterations):
+        thought = step("thought", parent=goal, name=f"iteration {i + 1}", tokens=10)
+        action = step(
+            "action", parent=thought, name="execute_code", data={"arguments": {"code": "1+1"}}
+        )
+        failed = fail_at == i
+        result = step(
+            "result",
+            parent=action,
+            name="execute_code",
+            status="failed" if failed else "completed",
+            error="boom" if failed else "",
+        )
+        items += [thought, action, result]
+    items.append(step("response", parent=goal, name="answer", data={"answer": "2"}))
+    add(trace, *items)
+    return trace
+
+
+# --- access -------------------------------------------------------------------------------------
+
+
+def test_pages_need_a_login(client: Client, user: User) -> None:
+    trace = make_trace(user)
+
+    for url in ("/traces/", f"/traces/{trace.id}/"):
+        response = client.get(url)
+        assert response.status_code == HTTPStatus.FOUND
+        assert "/login/" in response["Location"]
+
+
+def test_someone_elses_or_an_unknown_trace_is_a_404_page(
+    client: Client, user: User, other_user: User
+) -> None:
+    foreign = react_trace(other_user)
+    client.force_login(user)
+
+    for url in (
+        f"/traces/{foreign.id}/",
+        f"/traces/{uuid.uuid4()}/",
+        f"/traces/{foreign.id}/children/root/",
+        f"/traces/{foreign.id}/export.json",
+        f"/traces/{foreign.id}/search/?q=x",
+        "/traces/not-a-uuid/",
+    ):
+        response = client.get(url)
+        assert response.status_code == HTTPStatus.NOT_FOUND, url
+        assert "text/html" in response["Content-Type"]
+
+
+def test_staff_open_everyones_traces(client: Client, staff_user: User, user: User) -> None:
+    trace = react_trace(user)
+    client.force_login(staff_user)
+
+    assert client.get(f"/traces/{trace.id}/").status_code == HTTPStatus.OK
+    assert trace.task in client.get("/traces/").content.decode()
+
+
+# --- the list -----------------------------------------------------------------------------------
+
+
+def test_the_list_shows_only_the_users_own_traces_with_totals(
+    signed_in: Client, user: User, other_user: User
+) -> None:
+    mine = react_trace(user, fail_at=1)
+    make_trace(other_user, task="someone else's")
+
+    content = signed_in.get("/traces/").content.decode()
+
+    assert f"/traces/{mine.id}/" in content
+    assert "someone else" not in content
+    mine.refresh_from_db()
+    assert f'data-total="total_steps">{mine.total_steps}<' in content
+    assert 'data-total="error_count">1<' in content
+
+
+def test_the_list_filters_by_status_mode_agent_type_task_and_time(
+    signed_in: Client, user: User
+) -> None:
+    failed = make_trace(user, task="deploy the parser", agent_type="ci")
+    Trace.objects.filter(pk=failed.pk).update(status="failed")
+    make_trace(user, task="write docs", mode="call")
+    old = make_trace(user, task="old one")
+    Trace.objects.filter(pk=old.pk).update(created_at=datetime(2020, 1, 1, tzinfo=UTC))
+
+    def listed(query: str) -> set[str]:
+        html = signed_in.get(f"/traces/?{query}").content.decode()
+        return set(re.findall(r'<tr id="t-([0-9a-f-]{36})"', html))
+
+    assert listed("status=failed") == {str(failed.id)}
+    assert listed("q=PARSER") == {str(failed.id)}
+    assert listed("agent_type=ci") == {str(failed.id)}
+    assert len(listed("mode=call")) == 1
+    assert listed("until=2020-01-01") == {str(old.id)}
+    assert str(old.id) not in listed("since=2021-01-01")
+
+
+def test_staff_filter_the_list_by_user(
+    client: Client, staff_user: User, user: User, other_user: User
+) -> None:
+    mine = make_trace(user)
+    make_trace(other_user)
+    client.force_login(staff_user)
+
+    html = client.get("/traces/?user=alice").content.decode()
+
+    assert re.findall(r'<tr id="t-([0-9a-f-]{36})"', html) == [str(mine.id)]
+
+
+@pytest.mark.parametrize(
+    ("query", "notice"),
+    [
+        ("status=exploded", "Ignored status"),
+        ("mode=%00", "Ignored mode"),
+        ("since=yesterday", "Ignored since"),
+        ("since=2025-13-45", "Ignored since"),
+        ("since=2025-02-01&until=2025-01-01", "Ignored the time range"),
+        ("cursor=%%%", "Ignored cursor"),
+        ("cursor=bm90IGEgY3Vyc29y", "Ignored cursor"),
+        ("user=bob", "Ignored user"),
+        (f"q={'x' * 600}", "Ignored q"),
+    ],
+)
+def test_malformed_list_parameters_are_ignored_with_a_notice(
+    signed_in: Client, user: User, query: str, notice: str
+) -> None:
+    trace = make_trace(user)
+
+    response = signed_in.get(f"/traces/?{query}")
+
+    assert response.status_code == HTTPStatus.OK
+    content = response.content.decode()
+    assert notice in content
+    assert f"/traces/{trace.id}/" in content
+
+
+def test_the_list_pages_with_a_cursor(signed_in: Client, user: User) -> None:
+    made = [make_trace(user, task=f"task {i}") for i in range(selectors.TRACE_PAGE_SIZE + 5)]
+
+    first = signed_in.get("/traces/?status=running").content.decode()
+    cursor = re.search(r'cursor=([^"&]+)"', first)
+    assert cursor is not None
+    second = signed_in.get(f"/traces/?status=running&cursor={cursor.group(1)}").content.decode()
+
+    first_ids = re.findall(r'<tr id="t-([0-9a-f-]{36})"', first)
+    second_ids = re.findall(r'<tr id="t-([0-9a-f-]{36})"', second)
+    assert len(first_ids) == selectors.TRACE_PAGE_SIZE
+    assert len(second_ids) == 5
+    assert set(first_ids) | set(second_ids) == {str(t.id) for t in made}
+    assert "Older traces" not in second
+
+
+def test_the_list_uses_constant_queries(
+    signed_in: Client, user: User, django_assert_num_queries: Any
+) -> None:
+    for i in range(3):
+        make_trace(user, task=f"t{i}")
+    # session, user, the page
+    with django_assert_num_queries(3):
+        signed_in.get("/traces/")
+    for i in range(20):
+        make_trace(user, task=f"more {i}")
+    with django_assert_num_queries(3):
+        signed_in.get("/traces/?q=more&status=running")
+
+
+def test_an_htmx_request_gets_only_the_list(signed_in: Client, user: User) -> None:
+    make_trace(user)
+
+    content = signed_in.get("/traces/", headers={"HX-Request": "true"}).content.decode()
+
+    assert content.lstrip().startswith('<div id="trace-list">')
+    assert "<html" not in content
+
+
+def test_a_running_trace_row_carries_what_the_live_list_needs(
+    signed_in: Client, user: User
+) -> None:
+    trace = react_trace(user)
+    trace.refresh_from_db()
+
+    content = signed_in.get(f"/traces/{trace.id}/row/").content.decode()
+
+    assert f'data-running="{trace.last_seq}"' in content
+    assert f'data-row-url="/traces/{trace.id}/row/"' in content
+
+
+# --- the trace page -----------------------------------------------------------------------------
+
+
+def test_the_trace_page_shows_the_header_and_the_opened_iterations(
+    signed_in: Client, user: User
+) -> None:
+    trace = react_trace(user, iterations=3, fail_at=2)
+
+    content = signed_in.get(f"/traces/{trace.id}/").content.decode()
+
+    assert "Add two numbers" in content
+    assert 'id="trace-status">running<' in content
+    # goal + 3 × (thought, action, result) + response, all opened by the first render
+    assert len(rows(content)) == 11
+    assert 'title="ReAct iteration 3">#3<' in content
+    # the second and third calls repeat the first one's tool and arguments
+    assert content.count("repeated call</span>") == 2
+    assert 'data-error="1"' in content
+    assert f'data-watch="/api/traces/{trace.id}/watch"' in content
+
+
+def test_the_trace_page_uses_constant_queries(
+    signed_in: Client, user: User, django_assert_num_queries: Any
+) -> None:
+    small = react_trace(user, iterations=2)
+    big = react_trace(user, iterations=40)
+    # session, user, trace, roots, 3 levels, repeated calls
+    with django_assert_num_queries(8):
+        signed_in.get(f"/traces/{small.id}/")
+    with django_assert_num_queries(8):
+        signed_in.get(f"/traces/{big.id}/")
+
+
+def test_a_big_trace_renders_a_bounded_skeleton_with_show_more(
+    signed_in: Client, user: User
+) -> None:
+    trace = make_trace(user)
+    root = step("goal")
+    children = [step("thought", parent=root, name=f"t{i}") for i in range(999)]
+    add(trace, root, *children)
+    add(trace, *[step("thought", parent=root, name=f"u{i}") for i in range(1000)])
+
+    content = signed_in.get(f"/traces/{trace.id}/").content.decode()
+
+    shown = rows(content)
+    assert len(shown) == 1 + selectors.WINDOW
+    assert f"show {1999 - selectors.WINDOW} more" in content
+    assert "data_preview" not in content
+
+
+def test_show_more_loads_the_next_window(
+    signed_in: Client, user: User, django_assert_num_queries: Any
+) -> None:
+    trace = make_trace(user)
+    root = step("goal")
+    add(trace, root, *[step("thought", parent=root, name=f"t{i}") for i in range(120)])
+    url = f"/traces/{trace.id}/children/{root.id}/?offset=50&dir=next"
+
+    # session, user, trace, parent, window, repeated calls (none: no actions)
+    with django_assert_num_queries(5):
+        content = signed_in.get(url).content.decode()
+
+    names = re.findall(r'data-detail="[^"]+">(t\d+)</a>', content)
+    assert names == [f"t{i}" for i in range(50, 100)]
+    assert "show 20 more" in content
+    assert "show earlier" not in content
+
+
+def test_expanding_a_collapsed_node_loads_its_first_window(signed_in: Client, user: User) -> None:
+    trace = make_trace(user)
+    steps = build_tree(trace, depth=5, fanout=2)
+    deep = steps[-1]
+    parent = Step.objects.get(pk=deep.parent_id)
+
+    content = signed_in.get(f"/traces/{trace.id}/children/{parent.id}/").content.decode()
+
+    assert len(rows(content)) == 2
+    assert str(deep.id) in rows(content)
+
+
+def test_a_deep_link_opens_the_path_to_a_step_six_levels_down(
+    signed_in: Client, user: User
+) -> None:
+    trace = make_trace(user)
+    # Six levels under the root, 60 siblings per level on the path, the path at the end.
+    parent = step("goal", name="root")
+    items = [parent]
+    path = [parent]
+    for level in range(6):
+        siblings = [step("thought", parent=parent, name=f"l{level}-{i}") for i in range(60)]
+        items += siblings
+        parent = siblings[-1]
+        path.append(parent)
+    add(trace, *items)
+    target = path[-1]
+
+    content = signed_in.get(f"/traces/{trace.id}/?step={target.id}").content.decode()
+
+    shown = rows(content)
+    assert str(target.id) in shown
+    assert f'data-selected="{target.id}"' in content
+    for ancestor in path[:-1]:
+        assert re.search(rf'class="node[^"]* open" id="s-{ancestor.id}"', content)
+    assert "show earlier steps" in content
+    assert len(shown) <= 1 + 6 * selectors.WINDOW
+
+
+def test_a_deep_link_uses_queries_in_proportion_to_depth_only(
+    signed_in: Client, user: User, django_assert_num_queries: Any
+) -> None:
+    trace = make_trace(user)
+    steps = build_tree(trace, depth=4, fanout=3)
+    target = steps[-1]
+    # session, user, trace, target, ranks, roots window, 4 windows, repeated calls
+    with django_assert_num_queries(10):
+        signed_in.get(f"/traces/{trace.id}/?step={target.id}")
+
+
+@pytest.mark.parametrize("value", ["nonsense", str(uuid.uuid4())])
+def test_a_bad_step_parameter_shows_the_trace_with_a_notice(
+    signed_in: Client, user: User, value: str
+) -> None:
+    trace = react_trace(user)
+
+    response = signed_in.get(f"/traces/{trace.id}/?step={value}")
+
+    assert response.status_code == HTTPStatus.OK
+    assert "showing the trace from the top" in response.content.decode()
+
+
+def test_untrusted_text_is_escaped_everywhere(signed_in: Client, user: User) -> None:
+    trace = make_trace(user, task=SCRIPT)
+    bad = step("thought", name=SCRIPT, description=SCRIPT, error=SCRIPT, data={SCRIPT: SCRIPT})
+    add(trace, bad)
+
+    pages = [
+        f"/traces/{trace.id}/",
+        "/traces/",
+        f"/traces/{trace.id}/steps/{bad.id}/",
+        f"/traces/{trace.id}/search/?q=script",
+        f"/traces/{trace.id}/timeline/",
+        f"/traces/{trace.id}/rows/?ids={bad.id}",
+    ]
+    for url in pages:
+        content = signed_in.get(url).content.decode()
+        assert SCRIPT not in content, url
+        assert "&lt;script&gt;" in content, url
+
+
+# --- detail, download -----------------------------------------------------------------------------
+
+
+def test_the_detail_shows_full_data_and_previews_large_values(
+    signed_in: Client, user: User, django_assert_num_queries: Any
+) -> None:
+    trace = make_trace(user)
+    big = "x" * (selectors.VALUE_PREVIEW_CHARS * 3)
+    item = step("result", data={"stdout": big, "exit_code": 0}, description="ran it")
+    add(trace, item)
+
+    with django_assert_num_queries(4):
+        content = signed_in.get(f"/traces/{trace.id}/steps/{item.id}/").content.decode()
+
+    assert "ran it" in content
+    assert "exit_code" in content
+    assert "x" * selectors.VALUE_PREVIEW_CHARS in content
+    assert big not in content
+    assert f"/traces/{trace.id}/steps/{item.id}/data.json?key=stdout" in content
+
+
+def test_a_value_downloads_whole(signed_in: Client, user: User) -> None:
+    trace = make_trace(user)
+    big = "y" * 100_000
+    item = step("result", data={"stdout": big})
+    add(trace, item)
+
+    value = signed_in.get(f"/traces/{trace.id}/steps/{item.id}/data.json?key=stdout")
+    whole = signed_in.get(f"/traces/{trace.id}/steps/{item.id}/data.json")
+    missing = signed_in.get(f"/traces/{trace.id}/steps/{item.id}/data.json?key=nope")
+
+    assert json.loads(value.content) == big
+    assert "attachment" in value["Content-Disposition"]
+    assert json.loads(whole.content) == {"stdout": big}
+    assert missing.status_code == HTTPStatus.NOT_FOUND
+
+
+def test_a_step_of_another_trace_is_a_404(signed_in: Client, user: User) -> None:
+    trace = react_trace(user)
+    other = react_trace(user)
+    foreign = Step.objects.filter(trace=other).first()
+    assert foreign is not None
+
+    assert signed_in.get(f"/traces/{trace.id}/steps/{foreign.id}/").status_code == 404
+    assert signed_in.get(f"/traces/{trace.id}/children/{foreign.id}/").status_code == 404
+    assert signed_in.get(f"/traces/{trace.id}/children/nonsense/").status_code == 404
+
+
+# --- search and jumps ---------------------------------------------------------------------------
+
+
+def test_search_finds_steps_in_collapsed_subtrees(signed_in: Client, user: User) -> None:
+    trace = make_trace(user)
+    steps = build_tree(trace, depth=5, fanout=2)
+    deep = steps[-1]
+    Step.objects.filter(pk=deep.pk).update(description="the needle is here")
+
+    content = signed_in.get(f"/traces/{trace.id}/search/?q=NEEDLE").content.decode()
+
+    assert f'data-jump-to="{deep.id}"' in content
+    assert "1 step match" in content
+    assert deep.id not in [
+        uuid.UUID(r) for r in rows(signed_in.get(f"/traces/{trace.id}/").content.decode())
+    ]
+
+
+def test_next_error_and_next_slow_wrap_round(signed_in: Client, user: User) -> None:
+    trace = make_trace(user)
+    first = step("thought", status="failed")
+    slow = step("thought", duration_ms=5000)
+    second = step("thought", error="bad")
+    add(trace, first, slow, second)
+    first_seq = Step.objects.get(pk=first.id).seq
+    second_seq = Step.objects.get(pk=second.id).seq
+
+    def jump(kind: str, after: int) -> str | None:
+        url = f"/traces/{trace.id}/next/?kind={kind}&after={after}"
+        return signed_in.get(url).json()["step_id"]
+
+    assert jump("error", 0) == str(first.id)
+    assert jump("error", first_seq) == str(second.id)
+    assert jump("error", second_seq) == str(first.id)
+    assert jump("slow", 0) == str(slow.id)
+    assert jump("error", "junk") == str(first.id)  # type: ignore[arg-type]
+
+
+def test_no_error_to_jump_to_is_null(signed_in: Client, user: User) -> None:
+    trace = react_trace(user)
+
+    assert signed_in.get(f"/traces/{trace.id}/next/?kind=error").json() == {"step_id": None}
+
+
+# --- live rows and the timeline -----------------------------------------------------------------
+
+
+def test_rows_render_new_steps_for_the_live_view(signed_in: Client, user: User) -> None:
+    trace = react_trace(user, iterations=2)
+    thoughts = list(Step.objects.filter(trace=trace, step_type="thought").order_by("seq"))
+
+    url = f"/traces/{trace.id}/rows/?ids={thoughts[1].id},junk,{uuid.uuid4()}"
+    content = signed_in.get(url).content.decode()
+
+    assert content.count("<template") == 1
+    assert f'data-parent="{thoughts[1].parent_id}"' in content
+    assert "#2<" in content
+
+
+def test_layout_compresses_idle_gaps() -> None:
+    t0 = datetime(2025, 1, 1, tzinfo=UTC)
+
+    def at(offset_s: float, duration_ms: int) -> dict[str, Any]:
+        start = (t0 + timedelta(seconds=offset_s)).isoformat()
+        return {"started_at": start, "finished_at": None, "duration_ms": duration_ms}
+
+    steps = [at(0, 1000), at(0.5, 500), at(100, 1000)]
+    real = selectors.layout_timeline(steps, compress=False)
+    compressed = selectors.layout_timeline(steps, compress=True)
+
+    assert real.span_ms == 101_000
+    assert real.gaps == []
+    assert real.bars[2].left == pytest.approx(100 / 101 * 100, abs=0.01)
+    assert len(compressed.gaps) == 1
+    assert compressed.gaps[0].idle_ms == 99_000
+    # two busy seconds share what the one drawn gap leaves
+    assert compressed.bars[2].left == pytest.approx(50 + selectors.GAP_DRAWN_SHARE * 50, abs=1)
+    assert compressed.bars[0].width == pytest.approx(compressed.bars[2].width, abs=0.01)
+
+
+def test_the_timeline_fragment_lays_out_bars(signed_in: Client, user: User) -> None:
+    trace = make_trace(user)
+    t0 = datetime(2025, 1, 1, tzinfo=UTC)
+    add(
+        trace,
+        StepCreate(step_type="thought", started_at=t0, duration_ms=1000),
+        StepCreate(step_type="thought", started_at=t0 + timedelta(seconds=60), duration_ms=1000),
+    )
+
+    real = signed_in.get(f"/traces/{trace.id}/timeline/").content.decode()
+    compressed = signed_in.get(f"/traces/{trace.id}/timeline/?compress=1").content.decode()
+
+    assert real.count('class="wf-bar') == 2
+    assert "Compress idle gaps" in real
+    assert 'class="gap"' in compressed
+    assert "Idle gaps compressed (1)" in compressed
