@@ -2,14 +2,23 @@ from __future__ import annotations
 
 from django.contrib import admin
 from django.http import HttpRequest
+from django.urls import reverse
 from django.utils.html import format_html
 
 from devassist.admin_utils import admin_link, pretty_json
 from traces.models import Step, Trace, TraceEvent
 
 
+def trace_page_link(trace_id: object, label: str = "open") -> str:
+    """A link to the trace browser's page of a trace (``—`` without one)."""
+    if trace_id is None:
+        return "—"
+    return format_html('<a href="{}">{}</a>', reverse("traces:detail", args=[trace_id]), label)
+
+
 class ReadOnlyAdmin(admin.ModelAdmin):
-    """Traces are written only by the trace store; the admin browses them."""
+    """Traces are written only by the trace store (runs and messages by their services); the
+    admin browses them."""
 
     def has_add_permission(self, request: HttpRequest, obj: object = None) -> bool:
         return False
@@ -33,6 +42,7 @@ class TraceAdmin(ReadOnlyAdmin):
         "total_cost",
         "total_duration_ms",
         "created_at",
+        "browse",
     ]
     list_filter = ["status", "mode", "agent_type", "created_at"]
     search_fields = ["=id", "task", "user__username"]
@@ -40,7 +50,11 @@ class TraceAdmin(ReadOnlyAdmin):
     date_hierarchy = "created_at"
     show_full_result_count = False
     exclude = ["metadata"]
-    readonly_fields = ["metadata_pretty", "steps_link", "api_links"]
+    readonly_fields = ["browse", "metadata_pretty", "steps_link", "api_links"]
+
+    @admin.display(description="trace page")
+    def browse(self, obj: Trace) -> str:
+        return trace_page_link(obj.id)
 
     @admin.display(description="id")
     def short_id(self, obj: Trace) -> str:
@@ -84,13 +98,27 @@ class StepAdmin(ReadOnlyAdmin):
         "tokens",
         "duration_ms",
         "started_at",
+        "browse",
     ]
     list_filter = ["step_type", "status"]
     search_fields = ["=id", "=trace__id", "name", "description"]
     list_select_related = ["trace", "parent"]
     show_full_result_count = False
     exclude = ["data", "path"]
-    readonly_fields = ["trace_link", "parent_link", "children_link", "data_pretty", "path"]
+    readonly_fields = [
+        "browse",
+        "trace_link",
+        "parent_link",
+        "children_link",
+        "data_pretty",
+        "path",
+    ]
+
+    @admin.display(description="trace page")
+    def browse(self, obj: Step) -> str:
+        return format_html(
+            '<a href="{}?step={}">open</a>', reverse("traces:detail", args=[obj.trace_id]), obj.id
+        )
 
     @admin.display(description="trace")
     def trace_link(self, obj: Step) -> str:
