@@ -1,0 +1,196 @@
+"""The trace browser in the system Chromium against DevAssist under daphne: a 2,000-step trace,
+lazy expansion and "show more", a deep link six levels down, the next error by keyboard, and a
+step recorded through the ingestion API appearing live."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import httpx
+import pytest
+
+from devassist.services import api_token_create
+from tests.traces.factories import step
+from traces.models import Trace
+from traces.store import OrmTraceStore, StepCreate
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def make_trace(user: Any, task: str, **fields: Any) -> Trace:
+    # Playwright keeps an event loop in this thread, so the store's sync cores are used.
+    return Trace.objects.create(user=user, task=task, **fields)
+
+
+def add(trace: Trace, *steps: StepCreate) -> None:
+    OrmTraceStore().add_steps_sync(trace.id, steps)
+
+
+def react_trace(user: Any, *, iterations: int, fail_at: int | None = None, **kwargs: Any) -> Trace:
+    """A goal, ``iterations`` thought → action → result iterations, and a response."""
+    trace = make_trace(user, task="Sum the primes below 1000", **kwargs)
+    goal = step("goal", name="task", data={"task": "Sum the primes below 1000"})
+    items = [goal]
+    for i in range(iterations):
+        thought = step("thought", parent=goal, name=f"iteration {i + 1}", tokens=40)
+        action = step(
+            "action",
+            parent=thought,
+            name="execute_code",
+            data={"tool_name": "execute_code", "arguments": {"code": f"print({i % 5})"}},
+        )
+        failed = i == fail_at
+        result = step(
+            "result",
+            parent=action,
+            name="execute_code",
+            status="failed" if failed else "completed",
+            error="ZeroDivisionError: division by zero" if failed else "",
+            data={"stdout": "" if failed else str(i % 5)},
+            duration_ms=40,
+        )
+        items += [thought, action, result]
+    items.append(step("response", parent=goal, name="answer", data={"answer": "76127"}))
+    for start in range(0, len(items), 1000):
+        add(trace, *items[start : start + 1000])
+    return trace
+
+
+def rows(page: Any) -> int:
+    return page.locator("#tree li.node").count()
+
+
+def test_a_2000_step_trace_opens_bounded_and_expands_lazily(page, login, screenshot) -> None:
+    user = login("ada")
+    trace = react_trace(user, iterations=666, fail_at=400)
+    trace.refresh_from_db()
+    assert trace.total_steps == 2000
+
+    page.goto(f"/traces/{trace.id}/")
+
+    # goal, 50 iterations with their actions and results
+    assert rows(page) == 151
+    assert page.locator("#tree .iter").first.inner_text() == "#1"
+    assert page.locator("#tree .badge.repeat").count() > 0
+    more = page.get_by_role("link", name="show 617 more")
+    screenshot("opened")
+
+    more.click()
+    page.wait_for_function("document.querySelectorAll('#tree li.node').length === 201")
+    assert page.get_by_role("link", name="show 567 more").is_visible()
+
+    sixtieth = page.locator("#tree li.t-thought").nth(59)
+    assert sixtieth.get_attribute("aria-expanded") == "false"
+    assert "2 steps" in sixtieth.locator(".rollup").first.inner_text()
+    sixtieth.locator(":scope > .row .tog").click()
+    sixtieth.locator("li.t-action").wait_for()
+    assert sixtieth.get_attribute("aria-expanded") == "true"
+    assert rows(page) == 202
+    assert rows(page) < 2000
+    screenshot("expanded")
+
+
+def test_a_deep_link_opens_a_step_six_levels_down(page, login, screenshot) -> None:
+    user = login("ada")
+    trace = make_trace(user, task="nested agents")
+    parent = step("goal", name="root")
+    items = [parent]
+    for level in range(6):
+        siblings = [
+            step("thought", parent=parent, name=f"level {level + 1} / {i}") for i in range(80)
+        ]
+        items += siblings
+        parent = siblings[70]
+    add(trace, *items)
+
+    page.goto(f"/traces/{trace.id}/?step={parent.id}")
+
+    selected = page.locator("#tree li.node.selected")
+    selected.wait_for()
+    assert selected.get_attribute("id") == f"s-{parent.id}"
+    assert selected.is_visible()
+    page.locator("#detail h2").filter(has_text="level 6 / 70").wait_for()
+    screenshot("deep-link")
+
+
+def test_the_keyboard_reaches_the_next_error_in_a_collapsed_subtree(
+    page, login, screenshot
+) -> None:
+    user = login("ada")
+    trace = react_trace(user, iterations=300, fail_at=250, status="running")
+
+    page.goto(f"/traces/{trace.id}/")
+    page.locator("#tree li.node").first.wait_for()
+    page.keyboard.press("j")
+    page.locator("#tree li.node.selected").wait_for()
+    page.keyboard.press("e")
+
+    failed = page.locator("#tree li.node.selected.err")
+    failed.wait_for()
+    assert "ZeroDivisionError" in failed.inner_text()
+    page.locator("#detail .step-error").filter(has_text="ZeroDivisionError").wait_for()
+    assert re.search(r"\?step=[0-9a-f-]{36}$", page.url)
+    assert failed.is_visible()
+
+    page.keyboard.press("k")
+    assert page.locator("#tree li.node.selected.t-action").count() == 1
+    screenshot("next-error")
+
+
+def test_a_step_recorded_through_the_api_appears_live(page, login, screenshot, app_server) -> None:
+    user = login("ada")
+    _, token = api_token_create(user=user, name="agent")
+    trace = react_trace(user, iterations=2)
+    goal = trace.steps.get(step_type="goal")
+
+    page.goto(f"/traces/{trace.id}/")
+    page.locator("#live-state").filter(has_text="live").wait_for()
+    assert rows(page) == 8
+
+    headers = {"Authorization": f"Bearer {token}"}
+    with httpx.Client(base_url=app_server, headers=headers, timeout=10) as api:
+        response = api.post(
+            f"/api/traces/{trace.id}/steps",
+            json={
+                "parent_id": str(goal.id),
+                "step_type": "thought",
+                "name": "iteration 3 <live>",
+                "status": "running",
+                "tokens": 7,
+            },
+        )
+        assert response.status_code == 201, response.text
+
+        added = page.locator("#tree li.node > .row", has_text="iteration 3 <live>")
+        added.wait_for()
+        assert added.locator(".elapsed").count() == 1
+        page.locator('[data-total="total_steps"]').filter(has_text="9").wait_for()
+        screenshot("live")
+
+        step_id = response.json()["steps"][0]["step_id"]
+        api.patch(f"/api/traces/{trace.id}/steps/{step_id}", json={"status": "completed"})
+        api.post(f"/api/traces/{trace.id}/complete", json={"status": "completed"})
+
+    page.locator("#trace-status").filter(has_text="completed").wait_for()
+    page.locator(f"#s-{step_id} .status").filter(has_text="completed").wait_for()
+    assert rows(page) == 9
+
+
+def test_the_list_filters_and_opens_a_failed_trace(page, login, screenshot) -> None:
+    user = login("ada")
+    react_trace(user, iterations=2)
+    failed = react_trace(user, iterations=3, fail_at=1)
+    Trace.objects.filter(pk=failed.pk).update(status="failed", task="The failing run")
+
+    page.goto("/traces/")
+    assert page.locator("tr.trace-row").count() == 2
+    page.select_option("select[name=status]", "failed")
+    page.wait_for_function("document.querySelectorAll('tr.trace-row').length === 1")
+    assert "status=failed" in page.url
+    screenshot("list")
+
+    page.get_by_role("link", name="The failing run").click()
+    page.wait_for_url(re.compile(rf"/traces/{failed.id}/$"))
+    page.keyboard.press("e")
+    page.locator("#tree li.node.selected.err").wait_for()
