@@ -31,7 +31,8 @@ run: $(BIN)/.installed
 	$(RUN_ENV) $(BIN)/python manage.py migrate --noinput
 	$(RUN_ENV) $(BIN)/python manage.py ensure_demo_user
 	@# The project's own documentation, searchable at once (unchanged files are skipped).
-	$(RUN_ENV) $(BIN)/python manage.py ingest_docs README.md docs --collection devassist_docs
+	$(RUN_ENV) $(BIN)/python manage.py ingest_docs README.md docs --collection devassist_docs \
+		|| echo "warning: the sample docs were not ingested (see above; after switching embeddings: manage.py ingest_docs README.md docs --rebuild)"
 	@# Code execution needs the sandbox image; without a Docker engine DevAssist runs without it.
 	$(RUN_ENV) $(BIN)/python manage.py sandbox_image build \
 		|| echo "warning: no sandbox image, code execution is unavailable (see docs/sandbox-image.md)"

@@ -14,6 +14,7 @@ from agent.knowledge.store import (
     get_records,
     open_collection,
 )
+from devassist.errors import ApiError
 
 logger = structlog.get_logger(__name__)
 
@@ -22,24 +23,27 @@ __all__ = ["CollectionInfo", "collection_list", "collection_remove"]
 
 @dataclass(frozen=True)
 class CollectionInfo:
-    """A collection: how many chunks it holds and from how many documents (sources)."""
+    """A collection: how many chunks it holds and from how many documents (sources), or why
+    it cannot be read (``error``; then both counts are 0)."""
 
     name: str
     chunks: int
     documents: int
+    error: str = ""
 
 
 def collection_list() -> list[CollectionInfo]:
-    """Every collection, by name. Collections built with another embeddings backend are listed
-    too (searching them asks for a re-ingest)."""
+    """Every collection, by name. One that cannot be opened (built with another embeddings
+    backend, say) is listed with the reason, so that it can be found and deleted."""
     infos = []
     for name in collection_names():
         try:
             target = open_collection(name)
         except CollectionNotFound:
             continue  # deleted meanwhile
-        except Exception:
-            logger.warning("collection_unreadable", collection=name)
+        except ApiError as exc:
+            logger.warning("collection_unreadable", collection=name, error=exc.message)
+            infos.append(CollectionInfo(name=name, chunks=0, documents=0, error=exc.message))
             continue
         records = get_records(target, documents=False)
         sources = {str(r.metadata.get("source", "")) for r in records}

@@ -9,6 +9,7 @@ class CollectionOut(Schema):
     name: str
     chunks: int
     documents: int
+    error: str = ""
 
 
 class IngestOut(Schema):

@@ -20,6 +20,11 @@ thread-safe; async callers wrap them with ``sync_to_async(..., thread_sensitive=
   ``where`` filter (nothing for an unknown collection);
 - ``collection_names() -> list[str]``: the collections that exist, sorted.
 
+The generic API reaches every collection; the rest (``open_collection``, ``collection_names``,
+``collection_delete``, and through them searching, ingesting and the collections API) treats
+the ``internal_collections`` (the agent's long-term memory, ``agent_memory``) as absent, so
+memories can only be read the way ``agent.memory`` reads them: filtered by conversation.
+
 Metadata values are ``str``, ``int``, ``float`` or ``bool`` (Chroma's rule); ``where`` filters
 use Chroma's syntax (``{"conversation_id": "…"}``, ``{"source": {"$in": [...]}}``).
 """
@@ -184,16 +189,32 @@ def _client(url: str, path: str) -> ClientAPI:
     return chromadb.PersistentClient(path=path, settings=chroma_settings)
 
 
-def collection_names() -> list[str]:
-    """The names of the collections that exist, sorted."""
-    return sorted(collection.name for collection in client().list_collections())
+def internal_collections() -> frozenset[str]:
+    """Collections the product keeps for itself (the agent's long-term memory): never listed,
+    searched, ingested into or deleted through the knowledge services and APIs, only used
+    through the generic API below, whose callers filter what they read."""
+    return frozenset({str(settings.MEMORY["collection"])})
 
 
-def open_collection(name: str, *, create: bool = False) -> Collection:
+def collection_names(*, internal: bool = False) -> list[str]:
+    """The names of the collections that exist, sorted; ``internal`` ones only when asked."""
+    hidden = frozenset() if internal else internal_collections()
+    return sorted(c.name for c in client().list_collections() if c.name not in hidden)
+
+
+def open_collection(name: str, *, create: bool = False, internal: bool = False) -> Collection:
     """Collection ``name`` with our embedding function. Raises ``CollectionNotFound`` (404)
-    when it does not exist and ``create`` is false, ``CollectionInvalid`` for a bad name and
-    ``EmbeddingsMismatch`` (409) when it was built with another embeddings backend."""
+    when it does not exist and ``create`` is false, or when it is one of the
+    ``internal_collections`` and ``internal`` is false; ``CollectionInvalid`` for a bad name
+    and ``EmbeddingsMismatch`` (409) when it was built with another embeddings backend."""
     validate_collection_name(name)
+    if not internal and name in internal_collections():
+        if create:
+            raise CollectionInvalid(
+                f"The collection name {name!r} is reserved for the agent's memory.",
+                details={"collection": name},
+            )
+        raise _not_found(name)
     embeddings = get_embeddings()
     function = ChromaEmbeddingFunction(embeddings)
     try:
@@ -246,7 +267,7 @@ def upsert_texts(
     if not ids:
         return
     with collection_lock(collection):
-        target = open_collection(collection, create=True)
+        target = open_collection(collection, create=True, internal=True)
         embeddings = get_embeddings()
         step = min(_PAGE, client().get_max_batch_size())
         for start in range(0, len(ids), step):
@@ -264,7 +285,7 @@ def delete_where(collection: str, *, where: Mapping[str, Any]) -> None:
     """Delete the records matching ``where``; nothing happens for an unknown collection."""
     with collection_lock(collection):
         try:
-            target = open_collection(collection)
+            target = open_collection(collection, internal=True)
         except CollectionNotFound:
             return
         target.delete(where=dict(where))
@@ -276,15 +297,18 @@ def delete_ids(collection: str, *, ids: Sequence[str]) -> None:
     if not ids:
         return
     with collection_lock(collection):
-        target = open_collection(collection)
+        target = open_collection(collection, internal=True)
         for start in range(0, len(ids), _PAGE):
             target.delete(ids=list(ids[start : start + _PAGE]))
         _bump(target)
 
 
-def collection_delete(name: str) -> None:
-    """Drop collection ``name``. Raises ``CollectionNotFound``."""
+def collection_delete(name: str, *, internal: bool = False) -> None:
+    """Drop collection ``name``. Raises ``CollectionNotFound`` (also for an internal one,
+    unless ``internal``)."""
     validate_collection_name(name)
+    if not internal and name in internal_collections():
+        raise _not_found(name)
     with collection_lock(name):
         try:
             client().delete_collection(name)
@@ -299,7 +323,7 @@ def query_texts(
     """The ``n`` records nearest to ``text`` (cosine distance, nearest first), optionally only
     those matching ``where``. ``[]`` for an unknown or empty collection."""
     try:
-        target = open_collection(collection)
+        target = open_collection(collection, internal=True)
     except CollectionNotFound:
         return []
     return query_collection(target, text=text, n=n, where=where)

@@ -54,7 +54,7 @@ def test_any_user_lists_collections_with_counts(api: Client, project_docs: str) 
     response = api.get(URL)
 
     assert response.status_code == HTTPStatus.OK
-    assert response.json() == [{"name": "project_docs", "chunks": 3, "documents": 2}]
+    assert response.json() == [{"name": "project_docs", "chunks": 3, "documents": 2, "error": ""}]
 
 
 def test_staff_upload_ingests_and_reports(staff_api: Client) -> None:
@@ -75,7 +75,9 @@ def test_staff_upload_ingests_and_reports(staff_api: Client) -> None:
     assert body["empty"] == ["empty.md"]
     assert body["chunks_written"] == 2
     assert [r.source for r in search(query="office", top_k=3, collection="team_docs")] == ["faq.md"]
-    assert staff_api.get(URL).json() == [{"name": "team_docs", "chunks": 2, "documents": 2}]
+    assert staff_api.get(URL).json() == [
+        {"name": "team_docs", "chunks": 2, "documents": 2, "error": ""}
+    ]
 
 
 def test_uploading_the_same_file_again_is_a_no_op(staff_api: Client) -> None:
@@ -124,7 +126,9 @@ def test_staff_delete_a_document_by_its_source_path(staff_api: Client, project_d
     response = staff_api.delete(f"{URL}/{project_docs}/documents/docs/guide.md")
 
     assert response.status_code == HTTPStatus.NO_CONTENT
-    assert staff_api.get(URL).json() == [{"name": project_docs, "chunks": 2, "documents": 1}]
+    assert staff_api.get(URL).json() == [
+        {"name": project_docs, "chunks": 2, "documents": 1, "error": ""}
+    ]
     assert search(query="guide", top_k=3, collection=project_docs) == []
 
 

@@ -7,7 +7,10 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from tqdm import tqdm
 
+from agent.knowledge.collections import collection_remove
+from agent.knowledge.embeddings import EmbeddingsMismatch
 from agent.knowledge.ingest import IngestSummary, ingest_paths
+from agent.knowledge.store import CollectionNotFound
 from devassist.errors import ApiError
 
 #: Fewer files than this are ingested without a progress bar.
@@ -32,6 +35,12 @@ class Command(BaseCommand):
         parser.add_argument(
             "--no-progress", action="store_true", help="Never show the progress bar."
         )
+        parser.add_argument(
+            "--rebuild",
+            action="store_true",
+            help="Delete the collection first and ingest everything again (needed after "
+            "switching the embeddings backend).",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         bar: tqdm[Any] | None = None
@@ -48,12 +57,23 @@ class Command(BaseCommand):
             bar.update(done - bar.n)
 
         try:
+            if options["rebuild"]:
+                self._drop(options["collection"])
             summary: IngestSummary = ingest_paths(
                 paths=options["paths"], collection=options["collection"], progress=progress
             )
+        except EmbeddingsMismatch as exc:
+            raise CommandError(f"{exc.message} (--rebuild does that)") from exc
         except ApiError as exc:
             raise CommandError(exc.message) from exc
         finally:
             if bar is not None:
                 bar.close()
         self.stdout.write(summary.line())
+
+    def _drop(self, name: str) -> None:
+        try:
+            collection_remove(name=name)
+        except CollectionNotFound:
+            return
+        self.stdout.write(f"Deleted collection {name!r} to rebuild it.")
