@@ -16,28 +16,17 @@ from __future__ import annotations
 
 import array
 import base64
-import random
 import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from http import HTTPStatus
 from typing import Any, TypeVar
 
 import openai
 import structlog
 
-from agent.llm.base import LLMTimeout, LLMUnavailable, Usage
-from agent.llm.openai_provider import (
-    DEFAULT_BASE_URL,
-    MAX_BACKOFF_S,
-    MAX_RETRY_AFTER_S,
-    _display_url,
-    _ms_since,
-    _reason,
-    _retry_after_s,
-    _server_message,
-)
+from agent.llm.base import LLMUnavailable, Usage
+from agent.llm.endpoint import OpenAIEndpoint, ms_since
 
 logger = structlog.get_logger(__name__)
 
@@ -45,12 +34,6 @@ T = TypeVar("T")
 
 #: The OpenAI API takes at most 2048 inputs per request; local servers often far fewer.
 MAX_BATCH_SIZE = 2048
-
-_STATUS_HINTS = {
-    401: "check EMBEDDINGS_API_KEY",
-    403: "check EMBEDDINGS_API_KEY and the key's permissions",
-    404: "check EMBEDDINGS_MODEL, and that EMBEDDINGS_BASE_URL ends with /v1",
-}
 
 
 @dataclass(frozen=True)
@@ -69,7 +52,7 @@ class EmbeddingsResponse:
     latency_ms: int
 
 
-class OpenAIEmbeddingsClient:
+class OpenAIEmbeddingsClient(OpenAIEndpoint):
     """Embeds texts through an OpenAI-compatible ``POST {base_url}/embeddings``.
 
     ``timeout_s`` bounds connecting and each wait for data of one request; ``max_retries`` is the
@@ -78,6 +61,15 @@ class OpenAIEmbeddingsClient:
     (1-2048); ``dimensions`` asks models that support it (``text-embedding-3-*``) for shorter
     vectors and is not sent when None.
     """
+
+    label = "embeddings endpoint"
+    retry_event = "embeddings_call_retrying"
+    failure_event = "embeddings_call_failed"
+    status_hints = {
+        401: "check EMBEDDINGS_API_KEY",
+        403: "check EMBEDDINGS_API_KEY and the key's permissions",
+        404: "check EMBEDDINGS_MODEL, and that EMBEDDINGS_BASE_URL ends with /v1",
+    }
 
     def __init__(
         self,
@@ -93,15 +85,16 @@ class OpenAIEmbeddingsClient:
     ) -> None:
         if not model:
             raise ValueError("an embeddings model name is required (EMBEDDINGS_MODEL)")
-        self.base_url = (base_url or DEFAULT_BASE_URL).rstrip("/")
-        self.model = model
-        self.timeout_s = float(timeout_s)
-        self.max_retries = max(0, int(max_retries))
+        self._endpoint_setup(
+            base_url=base_url,
+            api_key=api_key,
+            model=model,
+            timeout_s=timeout_s,
+            max_retries=max_retries,
+            backoff_s=backoff_s,
+        )
         self.batch_size = min(MAX_BATCH_SIZE, max(1, int(batch_size)))
         self.dimensions = int(dimensions) if dimensions else None
-        self.backoff_s = float(backoff_s)
-        self._secret = api_key or ""
-        self._display_url = _display_url(self.base_url)
         # Retries are ours (see the module docstring), so the SDK's are off.
         self._client = openai.OpenAI(
             base_url=self.base_url,
@@ -150,7 +143,7 @@ class OpenAIEmbeddingsClient:
             model=model,
             usage=Usage(prompt_tokens=prompt_tokens),
             requests=requests,
-            latency_ms=_ms_since(started),
+            latency_ms=ms_since(started),
         )
         logger.info(
             "embeddings_call_finished",
@@ -210,90 +203,8 @@ class OpenAIEmbeddingsClient:
                 delay = self._retry_delay(exc, attempt)
                 if delay is None:
                     raise self._logged(self._error(exc, attempt), started, attempt) from exc
-                logger.info(
-                    "embeddings_call_retrying",
-                    model=self.model,
-                    attempt=attempt,
-                    delay_s=round(delay, 3),
-                    reason=_reason(exc),
-                )
+                self._log_retry(exc, attempt, delay)
                 time.sleep(delay)
-
-    def _retry_delay(self, exc: Exception, attempt: int) -> float | None:
-        """Seconds to wait before the next attempt, or None when ``exc`` is final."""
-        if attempt > self.max_retries:
-            return None
-        if isinstance(exc, openai.APIStatusError):
-            status = exc.status_code
-            if status != HTTPStatus.TOO_MANY_REQUESTS and status < 500:
-                return None
-            retry_after = _retry_after_s(exc)
-            if retry_after is not None and 0 <= retry_after <= MAX_RETRY_AFTER_S:
-                return retry_after
-        elif not isinstance(exc, openai.APIConnectionError):  # includes APITimeoutError
-            return None
-        backoff = min(MAX_BACKOFF_S, self.backoff_s * 2 ** (attempt - 1))
-        return backoff / 2 + random.uniform(0, backoff / 2)  # noqa: S311 - jitter, not secrecy
-
-    def _error(self, exc: Exception, attempts: int) -> LLMUnavailable | LLMTimeout:
-        """The domain error for an SDK failure: what happened, the status and the server's own
-        message, never the API key."""
-        where = self._display_url
-        tried = f" (after {attempts} attempts)" if attempts > 1 else ""
-        if isinstance(exc, openai.APITimeoutError):
-            return LLMTimeout(
-                f"The embeddings endpoint at {where} did not answer within "
-                f"{self.timeout_s:g} s{tried}.",
-                details=self._details(None, attempts),
-            )
-        if isinstance(exc, openai.APIConnectionError):
-            cause = exc.__cause__ or exc.__context__
-            why = f": {self._redact(str(cause))}" if cause and str(cause) else "."
-            return LLMUnavailable(
-                f"Could not reach the embeddings endpoint at {where}{tried}{why}",
-                details=self._details(None, attempts),
-            )
-        if isinstance(exc, openai.APIStatusError):
-            status = exc.status_code
-            try:
-                phrase = f"{status} {HTTPStatus(status).phrase}"
-            except ValueError:
-                phrase = str(status)
-            message = f"The embeddings endpoint at {where} answered {phrase}{tried}"
-            server_message = _server_message(exc.body)
-            if server_message:
-                message += f": {self._redact(server_message)}"
-            hint = _STATUS_HINTS.get(status)
-            if hint:
-                message += f" ({hint})"
-            return LLMUnavailable(message, details=self._details(status, attempts))
-        return LLMUnavailable(
-            f"The embeddings endpoint at {where} sent a malformed answer: "
-            f"{self._redact(str(exc)) or type(exc).__name__}",
-            details=self._details(None, attempts),
-        )
-
-    def _details(self, status: int | None, attempts: int) -> dict[str, Any]:
-        return {"status": status, "base_url": self._display_url, "attempts": attempts}
-
-    def _redact(self, text: str) -> str:
-        if len(self._secret) >= 4:
-            text = text.replace(self._secret, "[redacted]")
-        return text[:1000]
-
-    def _logged(
-        self, error: LLMUnavailable | LLMTimeout, started: float, attempts: int
-    ) -> LLMUnavailable | LLMTimeout:
-        logger.warning(
-            "embeddings_call_failed",
-            model=self.model,
-            code=error.code,
-            status=error.details.get("status"),
-            attempt=attempts,
-            latency_ms=_ms_since(started),
-            error=error.message,
-        )
-        return error
 
 
 def _vector(embedding: object) -> list[float]:

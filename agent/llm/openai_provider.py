@@ -11,45 +11,47 @@ servers ignore ``stop``.
 from __future__ import annotations
 
 import asyncio
-import email.utils
-import random
 import threading
 import time
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from http import HTTPStatus
 from typing import Any, TypeVar, cast
-from urllib.parse import urlsplit, urlunsplit
 
 import openai
 import structlog
 
 from agent.llm.base import ChatMessage, LLMChunk, LLMResponse, LLMTimeout, LLMUnavailable, Usage
+from agent.llm.endpoint import OpenAIEndpoint, ms_since
 
 logger = structlog.get_logger(__name__)
 
 T = TypeVar("T")
 
-DEFAULT_BASE_URL = "https://api.openai.com/v1"
 #: The OpenAI API rejects more stop sequences than this; the rest are enforced client-side only.
 MAX_SERVER_STOPS = 4
 #: How often a ``cancel`` event is looked at while a request is in flight.
 CANCEL_POLL_S = 0.05
-#: A ``Retry-After`` up to this long is honoured; a longer one falls back to our own backoff.
-MAX_RETRY_AFTER_S = 20.0
-MAX_BACKOFF_S = 8.0
 
 _END = object()
 
 
-class OpenAIProvider:
+class OpenAIProvider(OpenAIEndpoint):
     """``LLMProvider`` for an OpenAI-compatible endpoint.
 
     ``timeout_s`` bounds connecting and each wait for data (so a stream may last longer as long
     as it keeps producing); ``max_retries`` is the number of extra attempts after the first;
     ``backoff_s`` is the first backoff delay, doubled per retry up to 8 s, with jitter.
     """
+
+    label = "model endpoint"
+    retry_event = "llm_call_retrying"
+    failure_event = "llm_call_failed"
+    status_hints = {
+        401: "check LLM_API_KEY",
+        403: "check LLM_API_KEY and the key's permissions",
+        404: "check LLM_MODEL, and that LLM_BASE_URL ends with /v1",
+    }
 
     def __init__(
         self,
@@ -63,16 +65,17 @@ class OpenAIProvider:
         max_tokens: int = 1024,
         backoff_s: float = 0.5,
     ) -> None:
-        self.base_url = (base_url or DEFAULT_BASE_URL).rstrip("/")
-        self.model = model
-        self.timeout_s = float(timeout_s)
-        self.max_retries = max(0, int(max_retries))
+        self._endpoint_setup(
+            base_url=base_url,
+            api_key=api_key,
+            model=model,
+            timeout_s=timeout_s,
+            max_retries=max_retries,
+            backoff_s=backoff_s,
+        )
         self.temperature = float(temperature)
         self.max_tokens = int(max_tokens)
-        self.backoff_s = float(backoff_s)
         self._api_key = api_key or "not-needed"
-        self._secret = api_key or ""
-        self._display_url = _display_url(self.base_url)
         # The SDK's HTTP connections belong to the event loop that opened them, and one provider
         # serves every loop of the process (get_llm() is cached), so each loop gets its own client.
         self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, openai.AsyncOpenAI]
@@ -154,12 +157,12 @@ class OpenAIProvider:
                 model=state.model or self.model,
                 usage=state.usage,
                 finish_reason="stop" if stopped else state.finish_reason,
-                latency_ms=_ms_since(started),
+                latency_ms=ms_since(started),
             )
             self._log_finished(response, state.attempts, stream=True)
             yield LLMChunk(response=response)
         except asyncio.CancelledError:
-            logger.info("llm_call_cancelled", model=self.model, latency_ms=_ms_since(started))
+            logger.info("llm_call_cancelled", model=self.model, latency_ms=ms_since(started))
             raise
         finally:
             await _cancel(pump)
@@ -205,7 +208,7 @@ class OpenAIProvider:
         try:
             completion = await self._with_retries(create, started=started)
         except asyncio.CancelledError:
-            logger.info("llm_call_cancelled", model=self.model, latency_ms=_ms_since(started))
+            logger.info("llm_call_cancelled", model=self.model, latency_ms=ms_since(started))
             raise
         try:
             choice = completion.choices[0]
@@ -229,7 +232,7 @@ class OpenAIProvider:
             model=str(model),
             usage=usage,
             finish_reason="stop" if cut else finish_reason,
-            latency_ms=_ms_since(started),
+            latency_ms=ms_since(started),
         )
         self._log_finished(response, attempts, stream=False)
         return response
@@ -314,97 +317,8 @@ class OpenAIProvider:
                 delay = self._retry_delay(exc, attempt)
                 if delay is None:
                     raise self._logged(self._error(exc, attempt), started, attempt) from exc
-                logger.info(
-                    "llm_call_retrying",
-                    model=self.model,
-                    attempt=attempt,
-                    delay_s=round(delay, 3),
-                    reason=_reason(exc),
-                )
+                self._log_retry(exc, attempt, delay)
                 await asyncio.sleep(delay)
-
-    def _retry_delay(self, exc: Exception, attempt: int) -> float | None:
-        """Seconds to wait before the next attempt, or None when ``exc`` is final."""
-        if attempt > self.max_retries:
-            return None
-        if isinstance(exc, openai.APIStatusError):
-            status = exc.status_code
-            if status != HTTPStatus.TOO_MANY_REQUESTS and status < 500:
-                return None
-            retry_after = _retry_after_s(exc)
-            if retry_after is not None and 0 <= retry_after <= MAX_RETRY_AFTER_S:
-                return retry_after
-        elif not isinstance(exc, openai.APIConnectionError):  # includes APITimeoutError
-            return None
-        backoff = min(MAX_BACKOFF_S, self.backoff_s * 2 ** (attempt - 1))
-        return backoff / 2 + random.uniform(0, backoff / 2)  # noqa: S311 - jitter, not secrecy
-
-    # -- errors and logs --------------------------------------------------------------------
-
-    def _error(self, exc: Exception, attempts: int) -> LLMUnavailable | LLMTimeout:
-        """The domain error for an SDK failure: what happened, the status and the server's own
-        message, never the API key."""
-        where = self._display_url
-        tried = f" (after {attempts} attempts)" if attempts > 1 else ""
-        if isinstance(exc, openai.APITimeoutError):
-            return LLMTimeout(
-                f"The model endpoint at {where} did not answer within {self.timeout_s:g} s{tried}.",
-                details=self._details(None, attempts),
-            )
-        if isinstance(exc, openai.APIConnectionError):
-            cause = exc.__cause__ or exc.__context__
-            why = f": {self._redact(str(cause))}" if cause and str(cause) else "."
-            return LLMUnavailable(
-                f"Could not reach the model endpoint at {where}{tried}{why}",
-                details=self._details(None, attempts),
-            )
-        if isinstance(exc, openai.APIStatusError):
-            status = exc.status_code
-            try:
-                phrase = f"{status} {HTTPStatus(status).phrase}"
-            except ValueError:
-                phrase = str(status)
-            message = f"The model endpoint at {where} answered {phrase}{tried}"
-            server_message = _server_message(exc.body)
-            if server_message:
-                message += f": {self._redact(server_message)}"
-            hint = _STATUS_HINTS.get(status)
-            if hint:
-                message += f" ({hint})"
-            return LLMUnavailable(message, details=self._details(status, attempts))
-        if isinstance(exc, openai.APIError):
-            # An error event inside a stream.
-            return LLMUnavailable(
-                f"The model endpoint at {where} reported an error: {self._redact(exc.message)}",
-                details=self._details(None, attempts),
-            )
-        return LLMUnavailable(
-            f"The model endpoint at {where} sent a malformed answer: "
-            f"{self._redact(str(exc)) or type(exc).__name__}",
-            details=self._details(None, attempts),
-        )
-
-    def _details(self, status: int | None, attempts: int) -> dict[str, Any]:
-        return {"status": status, "base_url": self._display_url, "attempts": attempts}
-
-    def _redact(self, text: str) -> str:
-        if len(self._secret) >= 4:
-            text = text.replace(self._secret, "[redacted]")
-        return text[:1000]
-
-    def _logged(
-        self, error: LLMUnavailable | LLMTimeout, started: float, attempts: int
-    ) -> LLMUnavailable | LLMTimeout:
-        logger.warning(
-            "llm_call_failed",
-            model=self.model,
-            code=error.code,
-            status=error.details.get("status"),
-            attempt=attempts,
-            latency_ms=_ms_since(started),
-            error=error.message,
-        )
-        return error
 
     def _log_finished(self, response: LLMResponse, attempts: int, *, stream: bool) -> None:
         logger.info(
@@ -417,13 +331,6 @@ class OpenAIProvider:
             attempt=attempts,
             stream=stream,
         )
-
-
-_STATUS_HINTS = {
-    401: "check LLM_API_KEY",
-    403: "check LLM_API_KEY and the key's permissions",
-    404: "check LLM_MODEL, and that LLM_BASE_URL ends with /v1",
-}
 
 
 @dataclass
@@ -508,54 +415,6 @@ def _usage(usage: Any) -> Usage:
         prompt_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
         completion_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
     )
-
-
-def _server_message(body: object) -> str:
-    if isinstance(body, dict):
-        message = body.get("message") or body.get("detail") or body.get("error")
-        if isinstance(message, dict):
-            message = message.get("message")
-        return str(message) if message else ""
-    # A proxy's HTML error page or a plain-text body: one line, short.
-    return " ".join(str(body).split())[:500] if body else ""
-
-
-def _retry_after_s(exc: openai.APIStatusError) -> float | None:
-    headers = exc.response.headers
-    try:
-        if "retry-after-ms" in headers:
-            return float(headers["retry-after-ms"]) / 1000
-        value = headers.get("retry-after")
-        if value is None:
-            return None
-        try:
-            return float(value)
-        except ValueError:
-            when = email.utils.parsedate_to_datetime(value)
-            return when.timestamp() - time.time()
-    except (TypeError, ValueError):
-        return None
-
-
-def _reason(exc: Exception) -> str:
-    if isinstance(exc, openai.APIStatusError):
-        return f"status {exc.status_code}"
-    return type(exc).__name__
-
-
-def _display_url(url: str) -> str:
-    """``url`` without credentials or query, safe to show and log."""
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    if ":" in host:
-        host = f"[{host}]"
-    if parts.port:
-        host = f"{host}:{parts.port}"
-    return urlunsplit((parts.scheme, host, parts.path, "", ""))
-
-
-def _ms_since(started: float) -> int:
-    return int((time.monotonic() - started) * 1000)
 
 
 def _raise_if_cancelled(cancel: threading.Event | None) -> None:

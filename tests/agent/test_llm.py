@@ -66,9 +66,18 @@ def provider_on(fake: FakeOpenAI, **options: Any) -> OpenAIProvider:
     return OpenAIProvider(**{**settings, **options})
 
 
+async def wait_for_request(fake: FakeOpenAI) -> None:
+    """The fake server has received a request (and is now working on its reply)."""
+    for _ in range(250):
+        if fake.requests:
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError("no request reached the server")
+
+
 async def wait_for_disconnect(fake: FakeOpenAI) -> None:
     """The fake server notices that the client went away (it watches while it waits)."""
-    for _ in range(50):
+    for _ in range(250):
         if fake.disconnects:
             return
         await asyncio.sleep(0.02)
@@ -445,7 +454,7 @@ async def test_cancelling_the_awaiting_task_abandons_the_request(
 ) -> None:
     fake_openai.script([{"content": "slow", "delay_s": 3}])
     task = asyncio.create_task(openai_provider.complete(TASK))
-    await asyncio.sleep(0.2)
+    await wait_for_request(fake_openai)
     started = time.monotonic()
     task.cancel()
 
@@ -503,7 +512,7 @@ async def test_cancelling_a_task_waiting_for_the_first_chunk_closes_the_stream(
         return [chunk async for chunk in openai_provider.stream(TASK)]
 
     task = asyncio.create_task(consume())
-    await asyncio.sleep(0.2)
+    await wait_for_request(fake_openai)
     task.cancel()
 
     with pytest.raises(asyncio.CancelledError):
