@@ -45,7 +45,7 @@ VALUE_PREVIEW_CHARS = 5000
 SEARCH_LIMIT = 100
 #: Bars of the timeline at most (steps of the top levels in seq order).
 TIMELINE_BARS = 400
-TIMELINE_DEPTH = 2
+TIMELINE_DEPTH = 3
 #: Idle gaps longer than this share of the timeline are drawn this wide when compressed.
 GAP_MIN_SHARE = 0.05
 GAP_DRAWN_SHARE = 0.015
@@ -235,24 +235,9 @@ class TreeView:
         return self.total - self.next_offset if self.next_offset is not None else 0
 
 
-def _ranked(qs: QuerySet[Step], *, by_parent: bool) -> QuerySet[Step, dict[str, Any]]:
-    """Rows with ``type_rank`` (rank among siblings of the same type, for iteration numbers)
-    and, ``by_parent``, ``sibling_rank``. Window functions run before LIMIT/OFFSET, so the
-    ranks count every sibling, not only the window's."""
-    partition = [F("parent_id"), F("step_type")] if by_parent else [F("step_type")]
-    rows = step_values(qs).annotate(
-        type_rank=Window(RowNumber(), partition_by=partition, order_by=F("seq").asc())
-    )
-    if by_parent:
-        rows = rows.annotate(
-            sibling_rank=Window(RowNumber(), partition_by=[F("parent_id")], order_by=F("seq").asc())
-        )
-    return rows
-
-
 def _node(row: dict[str, Any]) -> dict[str, Any]:
     node = step_from_values(row)
-    node["iteration"] = row["type_rank"] if row["step_type"] == StepType.THOUGHT else None
+    node["iteration"] = row.get("thought_rank") if row["step_type"] == StepType.THOUGHT else None
     node["repeated"] = False
     node["children"] = []
     node["open"] = False
@@ -262,14 +247,27 @@ def _node(row: dict[str, Any]) -> dict[str, Any]:
     return node
 
 
+def _number_iterations(siblings: list[dict[str, Any]], thoughts_before: int) -> None:
+    """Number the ``thought`` steps of a run of siblings: ReAct iterations, counted from
+    ``thoughts_before`` (the thoughts among the earlier siblings)."""
+    for node in siblings:
+        if node["step_type"] == StepType.THOUGHT:
+            thoughts_before += 1
+            node["iteration"] = thoughts_before
+
+
 def _window(
     trace: Trace, parent_id: uuid.UUID | None, offset: int, total: int
 ) -> tuple[list[dict[str, Any]], int | None, int | None]:
     """Children ``[offset, offset + WINDOW)`` of a node (top level for None), with the next and
-    previous window offsets (one query)."""
-    siblings = Step.objects.filter(trace_id=trace.id, parent_id=parent_id).order_by("seq")
-    rows = list(_ranked(siblings, by_parent=False)[offset : offset + WINDOW])
-    nodes = [_node(r) for r in rows]
+    previous window offsets. One query, and one more to count the earlier thoughts when the
+    window starts past the first child and holds a thought."""
+    siblings = Step.objects.filter(trace_id=trace.id, parent_id=parent_id)
+    nodes = [_node(r) for r in step_values(siblings.order_by("seq"))[offset : offset + WINDOW]]
+    before = 0
+    if offset and any(n["step_type"] == StepType.THOUGHT for n in nodes):
+        before = siblings.filter(step_type=StepType.THOUGHT, seq__lt=nodes[0]["seq"]).count()
+    _number_iterations(nodes, before)
     end = offset + len(nodes)
     prev = max(0, offset - WINDOW) if offset > 0 else None
     return nodes, (end if end < total else None), prev
@@ -291,19 +289,31 @@ def _auto_expand(trace: Trace, level: list[dict[str, Any]], budget: int) -> int:
         cost = sum(min(n["children_count"], WINDOW) for n in frontier.values())
         if not frontier or added + cost > budget:
             break
-        ranked = (
-            _ranked(
-                Step.objects.filter(trace_id=trace.id, parent_id__in=list(frontier)), by_parent=True
+        # The first WINDOW children of each frontier node: ranked by id alone, then fetched, so
+        # a node with thousands of children costs an index scan, not thousands of projections
+        # (and a lone node, as the goal usually is, needs no ranking at all).
+        in_frontier = Step.objects.filter(trace_id=trace.id, parent_id__in=list(frontier))
+        if len(frontier) == 1:
+            first_ids = in_frontier.order_by("seq").values("pk")[:WINDOW]
+        else:
+            first_ids = (
+                in_frontier.annotate(
+                    sibling_rank=Window(
+                        RowNumber(), partition_by=[F("parent_id")], order_by=F("seq").asc()
+                    )
+                )
+                .filter(sibling_rank__lte=WINDOW)
+                .values("pk")
             )
-            .filter(sibling_rank__lte=WINDOW)  # type: ignore[misc]
-            .order_by("seq")
-        )
+        rows = step_values(Step.objects.filter(pk__in=first_ids).order_by("seq"))
         children: dict[str, list[dict[str, Any]]] = {sid: [] for sid in frontier}
         level = []
-        for row in ranked:
+        for row in rows:
             child = _node(row)
             children[child["parent_id"]].append(child)
             level.append(child)
+        for group in children.values():
+            _number_iterations(group, 0)
         for sid, node in frontier.items():
             shown = len(children[sid])
             _open(node, children[sid], shown if shown < node["children_count"] else None)
@@ -448,24 +458,24 @@ def child_window(*, trace: Trace, parent_id: uuid.UUID | None, offset: int) -> C
 
 
 def steps_by_id(*, trace: Trace, ids: Iterable[uuid.UUID]) -> list[dict[str, Any]]:
-    """Skeletons of the given steps of the trace, in seq order (the live view's new rows).
-    Iteration numbers come from the sibling ranks (one query)."""
-    wanted = list(ids)
-    siblings = Step.objects.filter(
+    """Skeletons of the given steps of the trace, in seq order (the live view's new and
+    changed rows), thoughts numbered among their siblings (one query, two with actions)."""
+    thoughts_so_far = Step.objects.filter(
         trace_id=trace.id,
-        parent_id__in=Subquery(
-            Step.objects.filter(trace_id=trace.id, pk__in=wanted).values("parent_id")
-        ),
+        parent_id=OuterRef("parent_id"),
+        step_type=StepType.THOUGHT,
+        seq__lte=OuterRef("seq"),
     )
-    rows = list(_ranked(siblings.order_by("seq"), by_parent=True))
-    roots_wanted = Step.objects.filter(trace_id=trace.id, pk__in=wanted, parent__isnull=True)
-    wanted_text = {str(w) for w in wanted}
-    nodes = [_node(r) for r in rows if r["step_id"] in wanted_text]
-    if roots_wanted.exists():
-        top = _ranked(Step.objects.filter(trace_id=trace.id, parent__isnull=True), by_parent=True)
-        nodes += [_node(r) for r in top if r["step_id"] in wanted_text]
+    rows = step_values(
+        Step.objects.filter(trace_id=trace.id, pk__in=list(ids)).order_by("seq")
+    ).annotate(
+        thought_rank=Subquery(
+            thoughts_so_far.order_by().values("trace_id").annotate(n=Count("pk")).values("n")[:1]
+        )
+    )
+    nodes = [_node(r) for r in rows]
     _mark_repeats(trace, nodes)
-    return sorted(nodes, key=lambda n: n["seq"])
+    return nodes
 
 
 # --- a step's detail ----------------------------------------------------------------------------
@@ -590,7 +600,7 @@ def layout_timeline(steps: list[dict[str, Any]], *, compress: bool) -> Timeline:
 
     With ``compress``, idle gaps (where no bar runs) longer than ``GAP_MIN_SHARE`` of the span
     are drawn ``GAP_DRAWN_SHARE`` wide and reported as ``gaps``. Steps without a start are
-    left out; a running step's bar reaches the end."""
+    left out."""
     opened: list[tuple[dict[str, Any], float, float | None]] = []
     for step in steps:
         start = _ms(step["started_at"])
@@ -604,7 +614,11 @@ def layout_timeline(steps: list[dict[str, Any]], *, compress: bool) -> Timeline:
         return Timeline(bars=[], gaps=[], span_ms=0, shown_ms=0, cut=False)
     t0 = min(s for _, s, _ in opened)
     t1 = max(max(s if e is None else e for _, s, e in opened), t0 + 1)
-    spans = [(step, s, t1 if e is None else e) for step, s, e in opened]
+    # A running step's bar reaches the end; a finished one without timing is a sliver.
+    spans = [
+        (step, s, e if e is not None else t1 if step.get("status") == "running" else s)
+        for step, s, e in opened
+    ]
     # Idle intervals: what no bar covers.
     idle: list[tuple[float, float]] = []
     reach = t0

@@ -5,6 +5,7 @@ step recorded through the ingestion API appearing live."""
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
@@ -28,30 +29,43 @@ def add(trace: Trace, *steps: StepCreate) -> None:
 
 
 def react_trace(user: Any, *, iterations: int, fail_at: int | None = None, **kwargs: Any) -> Trace:
-    """A goal, ``iterations`` thought → action → result iterations, and a response."""
+    """A goal, ``iterations`` thought → action → result iterations, and a response, timed: a
+    thought takes 0.8 s, a tool 40 ms (every tenth 12 s), and the run waits a minute after the
+    second iteration."""
     trace = make_trace(user, task="Sum the primes below 1000", **kwargs)
-    goal = step("goal", name="task", data={"task": "Sum the primes below 1000"})
+    clock = datetime(2025, 6, 1, 9, 0, tzinfo=UTC)
+
+    def timed(kind: str, parent: Any, ms: int, **fields: Any) -> StepCreate:
+        nonlocal clock
+        made = step(kind, parent=parent, started_at=clock, duration_ms=ms, **fields)
+        clock += timedelta(milliseconds=ms)
+        return made
+
+    goal = step("goal", name="task", data={"task": "Sum the primes below 1000"}, started_at=clock)
     items = [goal]
     for i in range(iterations):
-        thought = step("thought", parent=goal, name=f"iteration {i + 1}", tokens=40)
+        thought = timed("thought", goal, 800, name=f"iteration {i + 1}", tokens=40)
         action = step(
             "action",
             parent=thought,
             name="execute_code",
+            started_at=clock,
             data={"tool_name": "execute_code", "arguments": {"code": f"print({i % 5})"}},
         )
         failed = i == fail_at
-        result = step(
+        result = timed(
             "result",
-            parent=action,
+            action,
+            12_000 if i % 10 == 9 else 40,
             name="execute_code",
             status="failed" if failed else "completed",
             error="ZeroDivisionError: division by zero" if failed else "",
             data={"stdout": "" if failed else str(i % 5)},
-            duration_ms=40,
         )
         items += [thought, action, result]
-    items.append(step("response", parent=goal, name="answer", data={"answer": "76127"}))
+        if i == 1:
+            clock += timedelta(minutes=1)
+    items.append(timed("response", goal, 300, name="answer", data={"answer": "76127"}))
     for start in range(0, len(items), 1000):
         add(trace, *items[start : start + 1000])
     return trace
@@ -113,6 +127,16 @@ def test_a_deep_link_opens_a_step_six_levels_down(page, login, screenshot) -> No
     page.locator("#detail h2").filter(has_text="level 6 / 70").wait_for()
     screenshot("deep-link")
 
+    # Search reaches a step in a collapsed subtree and jumps to it.
+    page.keyboard.press("/")
+    page.keyboard.type("level 5 / 75")
+    result = page.locator("#search-results [data-jump-to]")
+    result.wait_for()
+    assert result.count() == 1
+    result.click()
+    page.locator("#tree li.node.selected .name").filter(has_text="level 5 / 75").wait_for()
+    assert page.locator("#tree li.node.selected").is_visible()
+
 
 def test_the_keyboard_reaches_the_next_error_in_a_collapsed_subtree(
     page, login, screenshot
@@ -136,6 +160,12 @@ def test_the_keyboard_reaches_the_next_error_in_a_collapsed_subtree(
     page.keyboard.press("k")
     assert page.locator("#tree li.node.selected.t-action").count() == 1
     screenshot("next-error")
+
+    page.get_by_role("button", name="Timeline").click()
+    page.locator("#timeline .wf-bar").first.wait_for()
+    page.get_by_role("link", name="Compress idle gaps").click()
+    page.locator("#timeline").filter(has_text="Idle gaps compressed").wait_for()
+    screenshot("timeline")
 
 
 def test_a_step_recorded_through_the_api_appears_live(page, login, screenshot, app_server) -> None:

@@ -286,8 +286,8 @@ def test_show_more_loads_the_next_window(
     add(trace, root, *[step("thought", parent=root, name=f"t{i}") for i in range(120)])
     url = f"/traces/{trace.id}/children/{root.id}/?offset=50&dir=next"
 
-    # session, user, trace, parent, window, repeated calls (none: no actions)
-    with django_assert_num_queries(5):
+    # session, user, trace, parent, window, the thoughts before it (no actions: no repeats)
+    with django_assert_num_queries(6):
         content = signed_in.get(url).content.decode()
 
     names = re.findall(r'data-detail="[^"]+">(t\d+)</a>', content)

@@ -1,0 +1,359 @@
+"""Benchmark: the trace browser's first render of traces of 100, 10,000 and 100,000 steps.
+
+Run from the repository root::
+
+    .venv/bin/python benchmarks/trace_page.py [--sizes 100,10000,100000] [--repeat 20]
+
+For each size it builds one trace of the seeded ReAct-like shape of ``benchmarks/trace_tree.py``
+(iterations, uneven fan-out, sub-agents, failures, a few large payloads), then:
+
+0. writes the trace with bulk INSERTs, the rollups the store keeps on write computed in
+   Python (the store's own write path is what ``benchmarks/trace_tree.py`` times);
+1. times ``GET /traces/<id>/`` (the first render, skeleton only) through
+   ``devassist.asgi.application`` with httpx and a signed-in session, up to ``--repeat`` times
+   after a warm-up, and counts its SQL queries; also a deep link (``?step=`` the deepest step)
+   and one "show more" window of the widest node;
+2. records the HTML size and the rows rendered (``<li class="node``);
+3. opens the page in the system Chromium (Playwright) against a daphne server on the same
+   database and counts the DOM's element nodes and tree rows once the page has loaded.
+
+Targets (PASS/FAIL per size): first render p50 < 300 ms and < 2,000 rendered rows. The exit code
+is 0 whatever the verdicts. PostgreSQL comes from ``BENCH_DATABASE_URL`` (default
+``postgres://postgres@127.0.0.1:5432/devassist_bench``); earlier benchmark traces are deleted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import re
+import shutil
+import statistics
+import sys
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.trace_tree import (
+    BENCH_USERNAME,
+    COUNTER,
+    _delete_old_traces,
+    configure_environment,
+    ensure_database,
+    generate_steps,
+    machine_load,
+)
+
+TARGET_P50_MS = 300.0
+TARGET_ROWS = 2000
+CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
+ROW = re.compile(rb'<li class="node')
+
+
+@dataclass
+class Built:
+    steps: int
+    trace_id: uuid.UUID
+    deep_step: uuid.UUID
+    deep_depth: int
+    wide_step: uuid.UUID
+    wide_children: int
+    build_s: float
+
+
+@dataclass
+class Timed:
+    name: str
+    seconds: list[float] = field(default_factory=list)
+    queries: list[int] = field(default_factory=list)
+    size: int = 0
+    rows: int = 0
+
+    @property
+    def p50_ms(self) -> float:
+        return statistics.median(self.seconds) * 1000
+
+    @property
+    def p95_ms(self) -> float:
+        if len(self.seconds) < 2:
+            return self.seconds[0] * 1000
+        return statistics.quantiles(self.seconds, n=20, method="inclusive")[18] * 1000
+
+
+def bulk_steps(trace: Any, items: Sequence[Any]) -> list[Any]:
+    """``items`` (``StepCreate``s, parents first) as ``Step`` rows with everything the store
+    keeps on write (seq, depth, path, children counts, subtree rollups), computed here."""
+    from decimal import Decimal
+
+    from traces.models import Step
+    from traces.projections import data_summary
+
+    rows: dict[uuid.UUID, Any] = {}
+    for seq, item in enumerate(items, start=1):
+        parent = rows.get(item.parent_id) if item.parent_id else None
+        preview, size = data_summary(item.data)
+        failed = item.status == "failed" or bool(item.error)
+        rows[item.id] = Step(
+            id=item.id,
+            trace=trace,
+            parent_id=item.parent_id,
+            seq=seq,
+            depth=parent.depth + 1 if parent else 0,
+            path=[*parent.path, parent.seq] if parent else [],
+            step_type=item.step_type,
+            status=item.status,
+            name=item.name,
+            description=item.description,
+            data=item.data,
+            data_preview=preview,
+            data_bytes=size,
+            error=item.error,
+            started_at=item.started_at,
+            finished_at=item.finished_at,
+            duration_ms=item.duration_ms,
+            tokens=item.tokens,
+            cost=item.cost,
+            subtree_steps=1,
+            subtree_error_count=1 if failed else 0,
+            subtree_tokens=item.tokens,
+            subtree_cost=Decimal(item.cost),
+        )
+    for step in reversed(list(rows.values())):
+        if step.parent_id is not None:
+            parent = rows[step.parent_id]
+            parent.children_count += 1
+            parent.subtree_steps += step.subtree_steps
+            parent.subtree_error_count += step.subtree_error_count
+            parent.subtree_tokens += step.subtree_tokens
+            parent.subtree_cost += step.subtree_cost
+    return list(rows.values())
+
+
+def build(user: Any, count: int, seed: int) -> Built:
+    """One completed trace of ``count`` steps, written with bulk INSERTs (the rollups the store
+    keeps on write computed in Python; ``benchmarks/trace_tree.py`` times the store's own
+    writes)."""
+    from django.db import connection, transaction
+    from django.db.models import Sum
+    from django.utils import timezone
+
+    from traces.models import Step, Trace
+
+    started = time.perf_counter()
+    trace = Trace.objects.create(
+        user=user, task=f"Benchmark: {count:,} steps", agent_type="benchmark"
+    )
+    steps = bulk_steps(trace, generate_steps(count, seed))
+    with transaction.atomic():
+        Step.objects.bulk_create(steps, batch_size=2000)
+        totals = Step.objects.filter(trace=trace).aggregate(tokens=Sum("tokens"), cost=Sum("cost"))
+        Trace.objects.filter(pk=trace.pk).update(
+            status="completed",
+            completed_at=timezone.now(),
+            total_steps=len(steps),
+            total_tokens=totals["tokens"] or 0,
+            total_cost=totals["cost"] or 0,
+            error_count=sum(1 for s in steps if s.is_error),
+            root_count=sum(1 for s in steps if s.parent_id is None),
+            last_seq=len(steps),
+            total_duration_ms=60_000,
+        )
+    build_s = time.perf_counter() - started
+    with connection.cursor() as cursor:
+        cursor.execute(f"ANALYZE {Step._meta.db_table}")
+    in_trace = Step.objects.filter(trace=trace)
+    deep = in_trace.order_by("-depth", "seq").values("id", "depth").first()
+    wide = in_trace.order_by("-children_count", "seq").values("id", "children_count").first()
+    assert deep is not None
+    assert wide is not None
+    return Built(
+        steps=in_trace.count(),
+        trace_id=trace.id,
+        deep_step=deep["id"],
+        deep_depth=deep["depth"],
+        wide_step=wide["id"],
+        wide_children=wide["children_count"],
+        build_s=build_s,
+    )
+
+
+def session_cookie(user: Any) -> tuple[str, str]:
+    from django.conf import settings
+    from django.test import Client
+
+    client = Client()
+    client.force_login(user)
+    return settings.SESSION_COOKIE_NAME, client.cookies[settings.SESSION_COOKIE_NAME].value
+
+
+async def timed(client: Any, name: str, url: str, repeat: int) -> Timed:
+    for _ in range(2):
+        (await client.get(url)).raise_for_status()
+    result = Timed(name)
+    for _ in range(repeat):
+        before = COUNTER.count
+        started = time.perf_counter()
+        response = await client.get(url)
+        result.seconds.append(time.perf_counter() - started)
+        response.raise_for_status()
+        result.queries.append(COUNTER.count - before)
+        result.size = len(response.content)
+        result.rows = len(ROW.findall(response.content))
+    return result
+
+
+async def measure_server(built: list[Built], cookie: tuple[str, str], repeat: int) -> list[Timed]:
+    import httpx
+
+    from devassist.asgi import application
+
+    results = []
+    transport = httpx.ASGITransport(app=application)
+    async with httpx.AsyncClient(
+        transport=transport, base_url="http://127.0.0.1", cookies=dict([cookie]), timeout=None
+    ) as client:
+        for b in built:
+            page = f"/traces/{b.trace_id}/"
+            results.append(await timed(client, f"{b.steps:,}: first render", page, repeat))
+            results.append(
+                await timed(
+                    client,
+                    f"{b.steps:,}: deep link (depth {b.deep_depth})",
+                    f"{page}?step={b.deep_step}",
+                    repeat,
+                )
+            )
+            results.append(
+                await timed(
+                    client,
+                    f"{b.steps:,}: show more ({b.wide_children:,} children)",
+                    f"{page}children/{b.wide_step}/?offset={min(50, b.wide_children - 1)}&dir=next",
+                    repeat,
+                )
+            )
+    return results
+
+
+def measure_dom(built: list[Built], cookie: tuple[str, str]) -> dict[int, tuple[int, int, float]]:
+    """Per size: (DOM elements, tree rows, load ms) of the page in Chromium via daphne."""
+    from django.db import connection
+    from playwright.sync_api import sync_playwright
+
+    from tests.servers import daphne_server
+
+    database = connection.settings_dict
+    env = {
+        "DATABASE_URL": (
+            f"postgres://{database['USER']}@{database['HOST']}:{database['PORT']}"
+            f"/{database['NAME']}"
+        ),
+        "DEVASSIST_VAR_DIR": os.environ["DEVASSIST_VAR_DIR"],
+        "SANDBOX_WARM_ON_START": "0",
+        "SANDBOX_POOL_SIZE": "0",
+        "LOG_LEVEL": "WARNING",
+    }
+    out: dict[int, tuple[int, int, float]] = {}
+    with daphne_server(env) as base_url, sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=CHROMIUM, args=["--headless", "--no-sandbox", "--disable-gpu"]
+        )
+        context = browser.new_context(base_url=base_url)
+        context.add_cookies([{"name": cookie[0], "value": cookie[1], "url": base_url}])
+        page = context.new_page()
+        for b in built:
+            page.goto(f"/traces/{b.trace_id}/", wait_until="load")
+            elements = page.evaluate("document.getElementsByTagName('*').length")
+            rows = page.evaluate("document.querySelectorAll('#tree li.node').length")
+            load_ms = page.evaluate(
+                "(() => { const t = performance.getEntriesByType('navigation')[0];"
+                " return t.loadEventEnd - t.startTime; })()"
+            )
+            out[b.steps] = (elements, rows, load_ms)
+        browser.close()
+    return out
+
+
+def verdict(passed: bool, text: str) -> None:
+    print(f"  {'PASS' if passed else 'FAIL'}  {text}")
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description="Benchmark the trace page's first render.")
+    parser.add_argument("--sizes", default="100,10000,100000", help="comma-separated step counts")
+    parser.add_argument("--repeat", type=int, default=20, help="timed requests per page")
+    parser.add_argument("--seed", type=int, default=20250101)
+    parser.add_argument("--no-browser", action="store_true", help="skip the Chromium DOM count")
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    sizes = [int(s) for s in args.sizes.split(",")]
+    run_started = time.perf_counter()
+    var_dir = configure_environment()
+    os.environ["DEBUG"] = "0"
+    print(f"{os.cpu_count()} CPUs, load average {machine_load()}")
+    try:
+        ensure_database(os.environ["DATABASE_URL"])
+        import django
+
+        django.setup()
+        from django.contrib.auth.models import User
+        from django.core.management import call_command
+        from django.db import connection
+        from django.db.backends.signals import connection_created
+
+        connection_created.connect(COUNTER.attach, weak=False)
+        call_command("migrate", verbosity=0)
+        user, _ = User.objects.get_or_create(username=BENCH_USERNAME)
+        _delete_old_traces(user)
+        built = []
+        for size in sizes:
+            b = build(user, size, args.seed + size)
+            print(
+                f"built {b.steps:,} steps in {b.build_s:.1f} s (depth {b.deep_depth}, widest "
+                f"node {b.wide_children:,} children)"
+            )
+            built.append(b)
+        cookie = session_cookie(user)
+        connection.close()
+        results = asyncio.run(measure_server(built, cookie, args.repeat))
+        dom = {} if args.no_browser else measure_dom(built, cookie)
+
+        print(f"\n{'request':<42} {'p50 ms':>8} {'p95 ms':>8} {'queries':>8} {'KB':>8} {'rows':>6}")
+        for r in results:
+            queries = statistics.median_low(r.queries)
+            print(
+                f"{r.name:<42} {r.p50_ms:8.1f} {r.p95_ms:8.1f} {queries:8d}"
+                f" {r.size / 1024:8.1f} {r.rows:6d}"
+            )
+        if dom:
+            print(f"\n{'Chromium':<42} {'elements':>8} {'rows':>8} {'load ms':>8}")
+            for steps, (elements, rows, load_ms) in dom.items():
+                print(f"{f'{steps:,} steps':<42} {elements:8d} {rows:8d} {load_ms:8.0f}")
+        print("\ntargets")
+        for b, first in zip(built, results[::3], strict=True):
+            rows = dom.get(b.steps, (0, first.rows, 0))[1]
+            shown = max(rows, first.rows)
+            verdict(
+                first.p50_ms < TARGET_P50_MS,
+                f"{b.steps:,} steps: first render p50 {first.p50_ms:.0f} ms < {TARGET_P50_MS:.0f}",
+            )
+            verdict(shown < TARGET_ROWS, f"{b.steps:,} steps: {shown} rows < {TARGET_ROWS:,}")
+        print(
+            f"\nwhole run {time.perf_counter() - run_started:.0f} s; load average now "
+            f"{machine_load()}"
+        )
+    finally:
+        shutil.rmtree(var_dir, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
