@@ -10,7 +10,8 @@ from typing import Any
 
 from django.db.models import Exists, OuterRef, Q
 
-from chat.models import Conversation, Message, MessageRole
+from agent.models import FINAL_RUN_STATUSES, AgentRun, RunEvent
+from chat.models import Conversation, Message, MessageKind, MessageRole
 from devassist.errors import BadRequest, NotFound
 
 
@@ -162,3 +163,38 @@ def display_messages(*, conversation: Conversation) -> list[DisplayMessage]:
             )
         )
     return shown
+
+
+def step_events_for(run_ids: list[uuid.UUID]) -> dict[uuid.UUID, list[dict[str, Any]]]:
+    """The ``step`` events of these runs, per run, in order (one query)."""
+    steps: dict[uuid.UUID, list[dict[str, Any]]] = {run_id: [] for run_id in run_ids}
+    events = RunEvent.objects.filter(run_id__in=run_ids, type="step").order_by("run_id", "seq")
+    for event in events.only("run_id", "payload"):
+        steps[event.run_id].append(event.payload)
+    return steps
+
+
+def active_run_for(*, conversation: Conversation) -> AgentRun | None:
+    """The conversation's newest run if it is still queued or running."""
+    return (
+        AgentRun.objects.filter(conversation=conversation)
+        .exclude(status__in=FINAL_RUN_STATUSES)
+        .order_by("-created_at")
+        .first()
+    )
+
+
+def run_answer_for(*, user: Any, run_id: uuid.UUID) -> tuple[AgentRun, Message | None]:
+    """The user's run and its final answer message (None until it completed). Raises
+    ``RunAnswerNotFound`` (404) for an unknown or foreign run."""
+    run = AgentRun.objects.filter(pk=run_id, user=user).first()
+    if run is None:
+        raise RunAnswerNotFound(f"Run {run_id} does not exist.")
+    answer = Message.objects.filter(
+        run=run, role=MessageRole.ASSISTANT, kind=MessageKind.TURN
+    ).first()
+    return run, answer
+
+
+class RunAnswerNotFound(NotFound):
+    code = "run_not_found"

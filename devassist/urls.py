@@ -13,6 +13,7 @@ urlpatterns = [
     path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("traces/", include("traces.urls")),
+    path("", include("chat.urls")),
     # The API first: its routes are exact, so the admin's catch-all below does not shadow
     # /admin/agent-traces.
     path("", api.urls),

@@ -4,12 +4,12 @@ from http import HTTPStatus
 
 from django.contrib.auth.decorators import login_not_required
 from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.shortcuts import render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 from django.views.defaults import page_not_found
 from django.views.defaults import server_error as django_server_error
 
+from chat.views import HtmxHttpRequest, chat_page
 from devassist.envelope import error_response, is_api_path
 from devassist.health import health_report
 
@@ -23,9 +23,9 @@ async def healthz(request: HttpRequest) -> HttpResponse:
     return JsonResponse(report, status=status)
 
 
-@require_GET
-def home(request: HttpRequest) -> HttpResponse:
-    return render(request, "devassist/home.html")
+def home(request: HtmxHttpRequest) -> HttpResponse:
+    """The home page is the chat, on a new conversation."""
+    return chat_page(request)
 
 
 def api_not_found(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:

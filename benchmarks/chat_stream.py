@@ -1,0 +1,231 @@
+"""Benchmark: ``POST /chat?stream=true`` under concurrency, on one server process.
+
+Run from the repository root::
+
+    .venv/bin/python benchmarks/chat_stream.py [--rounds 3] [--levels 1,10,50]
+
+DevAssist runs under daphne in a subprocess (one process, the in-memory channel layer), on
+PostgreSQL, with the model at ``tests.agent.fake_openai.FakeOpenAI`` (a thread of this process)
+answering every call at once with a 24-word answer in 24 streamed chunks. Each stream is a
+plain chat turn (``use_agent``/``use_rag`` false: no Chroma lookup, no tools), so what is
+measured is the server: the route, the conversation and run rows, the run task, the trace
+steps, the ``RunEvent`` rows and their way through the channel layer to the HTTP stream.
+
+For each concurrency level, ``--rounds`` batches of that many concurrent streams:
+
+- **first event**: from sending the request to reading the first ``data:`` line (``meta``);
+- **per event**: (time of ``done`` - time of ``meta``) / (events - 1) for each stream: the
+  server's cost per event with a model that costs nothing;
+- **errors**: non-200 answers, streams without ``done``, runs that did not complete,
+  exceptions.
+
+Targets: zero errors, first event p50 under 100 ms at 50 concurrent streams. The exit code is 0
+whatever the verdicts. PostgreSQL comes from ``BENCH_DATABASE_URL`` (default
+``postgres://postgres@127.0.0.1:5432/devassist_chat_bench``), created and migrated when missing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO_ROOT))  # run as a script: make the project importable
+
+from benchmarks.trace_tree import (  # noqa: E402 - after the path above
+    configure_environment,
+    ensure_database,
+    machine_load,
+    verdict,
+)
+
+DEFAULT_DATABASE_URL = "postgres://postgres@127.0.0.1:5432/devassist_chat_bench"
+BENCH_USERNAME = "chat-stream-benchmark"
+ANSWER_WORDS = [f"word{i} " for i in range(24)]
+TARGET_FIRST_EVENT_P50_MS = 100.0
+STREAM_TIMEOUT_S = 60.0
+
+
+@dataclass
+class Level:
+    """The figures of one concurrency level."""
+
+    concurrency: int
+    first_event_ms: list[float] = field(default_factory=list)
+    per_event_ms: list[float] = field(default_factory=list)
+    events: list[int] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def prepare_token() -> str:
+    from django.contrib.auth.models import User
+
+    from devassist.models import ApiToken
+    from devassist.services import api_token_create
+
+    user, _ = User.objects.get_or_create(username=BENCH_USERNAME)
+    user.conversations.all().delete()
+    user.agent_runs.all().delete()
+    ApiToken.objects.filter(user=user).delete()
+    return api_token_create(user=user, name="chat stream benchmark")[1]
+
+
+async def one_stream(client: object, level: Level) -> None:
+    """One streamed chat turn; its figures (or its error) go into ``level``."""
+    import httpx
+
+    assert isinstance(client, httpx.AsyncClient)
+    body = {"message": "hello", "use_agent": False, "use_rag": False}
+    started = time.perf_counter()
+    first = last = 0.0
+    events = 0
+    status = ""
+    try:
+        async with client.stream("POST", "/chat?stream=true", json=body) as response:
+            if response.status_code != 200:
+                level.errors.append(f"HTTP {response.status_code}")
+                return
+            async for line in response.aiter_lines():
+                if not line.startswith("data: "):
+                    continue
+                now = time.perf_counter()
+                events += 1
+                if events == 1:
+                    first = now
+                last = now
+                event = json.loads(line[6:])
+                if event["type"] == "done":
+                    status = event["status"]
+    except Exception as exc:
+        level.errors.append(f"{type(exc).__name__}: {exc}")
+        return
+    if status != "completed":
+        level.errors.append(f"run ended {status or 'without done'}")
+        return
+    level.first_event_ms.append((first - started) * 1000)
+    level.per_event_ms.append((last - first) * 1000 / max(1, events - 1))
+    level.events.append(events)
+
+
+async def measure(base_url: str, token: str, levels: list[int], rounds: int) -> list[Level]:
+    import httpx
+
+    limits = httpx.Limits(max_connections=max(levels) * 2, max_keepalive_connections=0)
+    results = []
+    async with httpx.AsyncClient(
+        base_url=base_url,
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=STREAM_TIMEOUT_S,
+        limits=limits,
+    ) as client:
+        warmup = Level(0)
+        await asyncio.gather(*(one_stream(client, warmup) for _ in range(5)))
+        for concurrency in levels:
+            level = Level(concurrency)
+            for _ in range(rounds):
+                await asyncio.gather(*(one_stream(client, level) for _ in range(concurrency)))
+            results.append(level)
+    return results
+
+
+def report(results: list[Level]) -> None:
+    print(f"\n{'streams':>8} {'n':>5} {'first p50':>10} {'first p95':>10} "
+          f"{'per-event p50':>14} {'per-event p95':>14} {'events':>7} {'errors':>7}")  # fmt: skip
+    for level in results:
+        print(
+            f"{level.concurrency:>8} {len(level.first_event_ms):>5} "
+            f"{percentile(level.first_event_ms, 0.5):>8.1f}ms "
+            f"{percentile(level.first_event_ms, 0.95):>8.1f}ms "
+            f"{percentile(level.per_event_ms, 0.5):>12.2f}ms "
+            f"{percentile(level.per_event_ms, 0.95):>12.2f}ms "
+            f"{statistics.median(level.events) if level.events else 0:>7} "
+            f"{len(level.errors):>7}"
+        )
+        for error in sorted(set(level.errors))[:5]:
+            print(f"           error: {error}")
+    top = results[-1]
+    print()
+    verdict(
+        f"zero errors at {top.concurrency} streams",
+        not any(level.errors for level in results),
+        f"{sum(len(level.errors) for level in results)} errors",
+    )
+    p50 = percentile(top.first_event_ms, 0.5)
+    verdict(
+        f"first event p50 < {TARGET_FIRST_EVENT_P50_MS:.0f} ms at {top.concurrency} streams",
+        p50 < TARGET_FIRST_EVENT_P50_MS,
+        f"{p50:.1f} ms",
+    )
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description="Benchmark POST /chat?stream=true.")
+    parser.add_argument("--rounds", type=int, default=3, help="batches per concurrency level")
+    parser.add_argument("--levels", default="1,10,50", help="concurrency levels")
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    levels = [int(n) for n in args.levels.split(",")]
+    var_dir = configure_environment(
+        default_database_url=DEFAULT_DATABASE_URL, var_prefix="devassist-chat-bench-var-"
+    )
+    print(f"{os.cpu_count()} CPUs, load average {machine_load()}")
+    try:
+        ensure_database(os.environ["DATABASE_URL"])
+        import django
+        from django.core.management import call_command
+        from django.db import connection
+
+        django.setup()
+        call_command("migrate", verbosity=0)
+        token = prepare_token()
+        connection.close()
+
+        from tests.agent.fake_openai import FakeOpenAI
+        from tests.servers import daphne_server
+
+        streams = 5 + args.rounds * sum(levels)
+        reply = {"content": "".join(ANSWER_WORDS), "chunks": ANSWER_WORDS}
+        with FakeOpenAI() as model:
+            model.script([reply] * streams)
+            env = {
+                "DATABASE_URL": os.environ["DATABASE_URL"],
+                "DEVASSIST_VAR_DIR": var_dir,
+                "LLM_BASE_URL": model.base_url,
+                "LLM_API_KEY": "bench",
+                "LLM_MODEL": "fake-model",
+                "LLM_MAX_RETRIES": "0",
+                "SANDBOX_WARM_ON_START": "0",
+                "SANDBOX_POOL_SIZE": "0",
+                "LOG_LEVEL": "WARNING",
+                "SECRET_KEY": "chat-stream-benchmark",
+            }
+            with daphne_server(env, timeout_s=60) as base_url:
+                results = asyncio.run(measure(base_url, token, levels, args.rounds))
+        report(results)
+        print(f"\nload average now {machine_load()} (other work on the machine skews the figures)")
+    finally:
+        shutil.rmtree(var_dir, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,23 @@
+from __future__ import annotations
+
+from django.urls import path
+
+from chat import views
+
+app_name = "chat"
+
+urlpatterns = [
+    path("c/<uuid:conversation_id>/", views.chat_page, name="conversation"),
+    path("ui/chat/conversations/", views.conversation_list, name="conversations"),
+    path(
+        "ui/chat/conversations/<uuid:conversation_id>/rename",
+        views.conversation_rename_view,
+        name="rename",
+    ),
+    path(
+        "ui/chat/conversations/<uuid:conversation_id>/delete",
+        views.conversation_delete_view,
+        name="delete",
+    ),
+    path("ui/chat/runs/<uuid:run_id>/answer", views.run_answer, name="answer"),
+]

@@ -1,0 +1,125 @@
+"""What a chat turn stores, and when: the user's message before the run, the answer (with its
+route, model and sources) after it, the error of a failed run on the run; and the pages that
+show it render untrusted text inertly."""
+
+from __future__ import annotations
+
+import json
+from html.parser import HTMLParser
+from http import HTTPStatus
+
+import pytest
+
+from agent.models import AgentRun
+from chat.markdown import render_markdown
+from chat.models import Message
+from chat.runs import chat_turn_start
+from tests.agent.test_agent_api import post
+
+
+class _Markup(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.found: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag in {"script", "iframe", "object", "embed"}:
+            self.found.append(tag)
+        for name, value in attrs:
+            if name.startswith(("on", "hx-", "data-hx")) or (value or "").startswith("javascript:"):
+                self.found.append(f"{tag}[{name}]")
+
+
+def live_markup(html: str) -> list[str]:
+    """Elements and attributes in ``html`` that would run something."""
+    parser = _Markup()
+    parser.feed(html)
+    return parser.found
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_the_user_message_is_stored_before_the_run_starts(user, scripted):
+    scripted.script([{"content": "later", "delay_s": 0.5}])
+    turn = await chat_turn_start(user=user, message="first things first", use_agent=False)
+    stored = [m async for m in Message.objects.filter(conversation=turn.run.conversation_id)]
+    assert [(m.role, m.content, m.run_id) for m in stored] == [
+        ("user", "first things first", turn.run.id)
+    ]
+    await turn.task
+    answer = await Message.objects.aget(run=turn.run, role="assistant", kind="turn")
+    assert answer.content == "later"
+    assert (answer.metadata["mode"], answer.metadata["model"]) == ("chat", "fake-model")
+
+
+@pytest.mark.django_db
+def test_a_failed_run_keeps_the_user_message_and_stores_its_error(api, scripted):
+    scripted.script([{"status": 500, "message": "boom"}] * 3)
+    body = post(api, "/chat", {"message": "hello", "use_agent": False}).json()
+    assert body["error"]["code"] == "llm_unavailable"
+    run = AgentRun.objects.get(pk=body["error"]["details"]["run_id"])
+    assert (run.status, run.mode) == ("failed", "chat")
+    assert run.error
+    shown = api.get(f"/chat/conversations/{run.conversation_id}").json()["messages"]
+    assert [(m["role"], m["content"], m["run_status"]) for m in shown] == [
+        ("user", "hello", "failed")
+    ]
+    assert shown[0]["error"] == run.error
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "<script>alert(1)</script>",
+        '<img src=x onerror="alert(1)">',
+        '<div hx-get="/logout/" hx-trigger="load">x</div>',
+        "[click](javascript:alert(1))",
+        '<a href="#" onclick="alert(1)">x</a>',
+    ],
+)
+def test_markdown_leaves_no_script_handler_or_htmx_attribute(text):
+    assert live_markup(render_markdown(text)) == []
+
+
+def test_markdown_highlights_code_and_offers_run_for_python_only():
+    html = render_markdown("```python\nprint('<b>')\n```\n\n```bash\nls\n```")
+    assert html.count('class="code-run"') == 1
+    assert html.count('class="code-copy"') == 2
+    assert "&lt;b&gt;" in html
+    assert '<span class="tok-nb">print</span>' in html
+
+
+@pytest.mark.django_db
+def test_the_page_renders_stored_hostile_text_inertly(client, user, scripted):
+    scripted.script(['Here <script>alert(1)</script> <div hx-get="/x">y</div>'])
+    client.force_login(user)
+
+    body = client.post(
+        "/chat",
+        data=json.dumps({"message": '<img src=x onerror="alert(2)">', "use_agent": False}),
+        content_type="application/json",
+    ).json()
+    page = client.get(f"/c/{body['conversation_id']}/")
+    assert page.status_code == HTTPStatus.OK
+    content = page.content.decode()
+    messages = content[content.index('id="messages"') : content.index('id="composer"')]
+    assert live_markup(messages) == []
+    assert "&lt;img src=x onerror=&quot;alert(2)&quot;&gt;" in messages
+    answer = client.get(f"/ui/chat/runs/{body['run_id']}/answer").content.decode()
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in answer
+
+
+@pytest.mark.django_db
+def test_pages_of_someone_elses_conversation_or_run_are_404(client, other_user, user, scripted):
+    scripted.script(["mine"])
+    client.force_login(user)
+    body = client.post(
+        "/chat",
+        data=json.dumps({"message": "hi", "use_agent": False}),
+        content_type="application/json",
+    ).json()
+    client.force_login(other_user)
+    assert client.get(f"/c/{body['conversation_id']}/").status_code == HTTPStatus.NOT_FOUND
+    answer = client.get(f"/ui/chat/runs/{body['run_id']}/answer")
+    assert answer.status_code == HTTPStatus.NOT_FOUND
+    delete = client.post(f"/ui/chat/conversations/{body['conversation_id']}/delete")
+    assert delete.status_code == HTTPStatus.NOT_FOUND
