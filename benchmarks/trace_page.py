@@ -19,7 +19,10 @@ For each size it builds one trace of the seeded ReAct-like shape of ``benchmarks
 
 Targets (PASS/FAIL per size): first render p50 < 300 ms and < 2,000 rendered rows. The exit code
 is 0 whatever the verdicts. PostgreSQL comes from ``BENCH_DATABASE_URL`` (default
-``postgres://postgres@127.0.0.1:5432/devassist_bench``); earlier benchmark traces are deleted.
+``postgres://postgres@127.0.0.1:5432/devassist_bench_page``); that database is dropped and
+created afresh on every run (deleting 100,000 steps row by row takes minutes: the deferred
+self-referencing foreign key of every deleted step is checked at commit), so point it at a
+database of its own.
 """
 
 from __future__ import annotations
@@ -43,15 +46,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.trace_tree import (
     BENCH_USERNAME,
     COUNTER,
-    _delete_old_traces,
     configure_environment,
-    ensure_database,
     generate_steps,
     machine_load,
 )
 
 TARGET_P50_MS = 300.0
 TARGET_ROWS = 2000
+DEFAULT_DATABASE_URL = "postgres://postgres@127.0.0.1:5432/devassist_bench_page"
 CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
 ROW = re.compile(rb'<li class="node')
 
@@ -183,6 +185,20 @@ def build(user: Any, count: int, seed: int) -> Built:
     )
 
 
+def recreate_database(url: str) -> None:
+    """Drop the database named in ``url`` (if it exists) and create it empty."""
+    import psycopg
+    from psycopg import sql
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    name = conninfo_to_dict(url).get("dbname")
+    if not name:
+        raise SystemExit(f"No database name in {url!r}")
+    with psycopg.connect(make_conninfo(url, dbname="postgres"), autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(str(name))))
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(str(name))))
+
+
 def session_cookie(user: Any) -> tuple[str, str]:
     from django.conf import settings
     from django.test import Client
@@ -296,11 +312,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
     run_started = time.perf_counter()
-    var_dir = configure_environment()
+    var_dir = configure_environment(default_database_url=DEFAULT_DATABASE_URL)
     os.environ["DEBUG"] = "0"
     print(f"{os.cpu_count()} CPUs, load average {machine_load()}")
     try:
-        ensure_database(os.environ["DATABASE_URL"])
+        recreate_database(os.environ["DATABASE_URL"])
         import django
 
         django.setup()
@@ -311,8 +327,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         connection_created.connect(COUNTER.attach, weak=False)
         call_command("migrate", verbosity=0)
-        user, _ = User.objects.get_or_create(username=BENCH_USERNAME)
-        _delete_old_traces(user)
+        user = User.objects.create(username=BENCH_USERNAME)
         built = []
         for size in sizes:
             b = build(user, size, args.seed + size)
