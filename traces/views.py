@@ -27,7 +27,9 @@ class HtmxHttpRequest(HttpRequest):
 def trace_list(request: HtmxHttpRequest) -> HttpResponse:
     filters = selectors.parse_trace_filters(request.GET, staff=request.user.is_staff)
     page = selectors.trace_list(viewer=request.user, filters=filters)
-    template = "traces/list.html#list" if request.htmx else "traces/list.html"
+    template = (
+        "traces/list.html#list" if request.htmx.target == "trace-list" else "traces/list.html"
+    )
     return render(request, template, {"page": page, "filters": filters})
 
 
@@ -45,7 +47,7 @@ def trace_page(request: HtmxHttpRequest, trace_id: uuid.UUID) -> HttpResponse:
     tree = selectors.tree_view(trace=trace, step_id=step_id)
     if raw_step and step_id is None:
         tree.notices.append("Ignored step: not a step id; showing the trace from the top.")
-    template = "traces/trace.html#tree" if request.htmx else "traces/trace.html"
+    template = "traces/trace.html#tree" if request.htmx.target == "tree" else "traces/trace.html"
     return render(request, template, {"trace": trace, "tree": tree})
 
 

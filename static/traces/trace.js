@@ -133,6 +133,20 @@
     event.preventDefault();
   });
 
+  // However far someone expands, the tree keeps about MAX_ROWS rows: past that, the loaded
+  // children of collapsed nodes are dropped (they load again when opened).
+  const MAX_ROWS = 2000;
+  function prune() {
+    const t = tree();
+    if (!t || t.querySelectorAll("li.node").length <= MAX_ROWS) return;
+    t.querySelectorAll("li.node:not(.open) > ul.children[data-loaded]").forEach((ul) => {
+      if (ul.closest("li.node").querySelector(".selected")) return;
+      ul.innerHTML = "";
+      delete ul.dataset.loaded;
+    });
+  }
+  document.body.addEventListener("htmx:afterSettle", prune);
+
   // A deep link (or a jump that re-rendered the tree) names the selected step.
   function selectFromTree() {
     const id = tree() && tree().dataset.selected;
@@ -163,6 +177,7 @@
   }
 
   const pending = new Set();
+  const added = new Set();  // rows to insert: only steps that step_added announced
   let flushTimer = null;
 
   function queue(id) {
@@ -209,6 +224,8 @@
       }
       return;
     }
+    if (!added.has(template.dataset.id)) return;  // in a window that is not loaded
+    added.delete(template.dataset.id);
     const parentId = template.dataset.parent;
     const container = parentId
       ? (rowOf(parentId) && rowOf(parentId).querySelector(":scope > ul.children"))
@@ -228,6 +245,7 @@
       setTotals(message.trace);
     } else if (message.event === "step_added") {
       setTotals(message.totals);
+      added.add(message.step.step_id);
       queue(message.step.step_id);
       ancestorsInDom(message.step.parent_id).forEach(queue);
     } else if (message.event === "step_updated") {

@@ -224,3 +224,29 @@ def test_the_list_filters_and_opens_a_failed_trace(page, login, screenshot) -> N
     page.wait_for_url(re.compile(rf"/traces/{failed.id}/$"))
     page.keyboard.press("e")
     page.locator("#tree li.node.selected.err").wait_for()
+
+
+def test_a_running_trace_updates_in_place_in_the_list(page, login, app_server) -> None:
+    user = login("ada")
+    _, token = api_token_create(user=user, name="agent")
+    trace = react_trace(user, iterations=1)
+    goal = trace.steps.get(step_type="goal")
+
+    page.goto("/traces/")
+    row = page.locator(f"#t-{trace.id}")
+    assert row.locator('[data-total="total_steps"]').inner_text() == "5"
+
+    headers = {"Authorization": f"Bearer {token}"}
+    with httpx.Client(base_url=app_server, headers=headers, timeout=10) as api:
+        # The list's socket may still be connecting: the replay from its after_seq covers that.
+        added = api.post(
+            f"/api/traces/{trace.id}/steps",
+            json={"parent_id": str(goal.id), "step_type": "thought", "status": "failed"},
+        )
+        assert added.status_code == 201, added.text
+        row.locator('[data-total="total_steps"]').filter(has_text="6").wait_for()
+        row.locator('[data-total="error_count"]').filter(has_text="1").wait_for()
+        api.post(f"/api/traces/{trace.id}/complete", json={"status": "failed"})
+
+    page.locator(f"#t-{trace.id} .status-badge").filter(has_text="failed").wait_for()
+    assert page.url.endswith("/traces/")

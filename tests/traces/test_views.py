@@ -210,10 +210,24 @@ def test_the_list_uses_constant_queries(
 def test_an_htmx_request_gets_only_the_list(signed_in: Client, user: User) -> None:
     make_trace(user)
 
-    content = signed_in.get("/traces/", headers={"HX-Request": "true"}).content.decode()
+    headers = {"HX-Request": "true", "HX-Target": "trace-list"}
+    content = signed_in.get("/traces/", headers=headers).content.decode()
 
     assert content.lstrip().startswith('<div id="trace-list">')
     assert "<html" not in content
+
+
+def test_an_htmx_request_for_the_tree_gets_only_the_tree(signed_in: Client, user: User) -> None:
+    trace = react_trace(user)
+    step_id = Step.objects.filter(trace=trace, step_type="result").values_list("id", flat=True)[1]
+    headers = {"HX-Request": "true", "HX-Target": "tree"}
+
+    content = signed_in.get(f"/traces/{trace.id}/?step={step_id}", headers=headers).content.decode()
+    page = signed_in.get(f"/traces/{trace.id}/", headers={"HX-Request": "true"}).content.decode()
+
+    assert content.lstrip().startswith('<div id="tree"')
+    assert f'data-selected="{step_id}"' in content
+    assert "<html" in page
 
 
 def test_a_running_trace_row_carries_what_the_live_list_needs(
