@@ -99,6 +99,10 @@ def _text(params: QueryDict, name: str, limit: int, notices: list[str]) -> str:
     if len(value) > limit:
         notices.append(f"Ignored {name}: longer than {limit} characters.")
         return ""
+    if "\x00" in value:
+        # PostgreSQL text cannot hold NUL; no stored value contains one.
+        notices.append(f"Ignored {name}: it contains a NUL character.")
+        return ""
     return value
 
 
@@ -542,6 +546,7 @@ def _errors() -> Q:
 def search_steps(*, trace: Trace, q: str) -> list[dict[str, Any]]:
     """Steps whose name, description, error or data preview contain ``q`` (case-insensitive),
     in seq order, at most ``SEARCH_LIMIT``; collapsed subtrees included (one query)."""
+    q = q.replace("\x00", "")
     if not q:
         return []
     matches = Step.objects.filter(trace_id=trace.id).filter(

@@ -84,7 +84,8 @@ def step_data(request: HtmxHttpRequest, trace_id: uuid.UUID, step_id: uuid.UUID)
     trace = selectors.trace_for(viewer=request.user, trace_id=trace_id)
     key = request.GET.get("key")
     body = selectors.step_data(trace=trace, step_id=step_id, key=key)
-    name = f"step-{step_id}{'-' + key if key else ''}.json".replace('"', "")
+    suffix = "".join(c for c in key or "" if c.isascii() and (c.isalnum() or c in "-_."))[:60]
+    name = f"step-{step_id}{'-' + suffix if suffix else ''}.json"
     response = HttpResponse(body, content_type="application/json")
     response["Content-Disposition"] = f'attachment; filename="{name}"'
     return response

@@ -162,6 +162,8 @@ def test_staff_filter_the_list_by_user(
         ("cursor=bm90IGEgY3Vyc29y", "Ignored cursor"),
         ("user=bob", "Ignored user"),
         (f"q={'x' * 600}", "Ignored q"),
+        ("q=a%00b", "Ignored q"),
+        ("agent_type=%00", "Ignored agent_type"),
     ],
 )
 def test_malformed_list_parameters_are_ignored_with_a_notice(
@@ -426,6 +428,31 @@ def test_a_value_downloads_whole(signed_in: Client, user: User) -> None:
     assert "attachment" in value["Content-Disposition"]
     assert json.loads(whole.content) == {"stdout": big}
     assert missing.status_code == HTTPStatus.NOT_FOUND
+
+
+def test_a_value_with_an_odd_key_downloads_under_a_safe_name(signed_in: Client, user: User) -> None:
+    trace = make_trace(user)
+    key = 'a"b\r\nSet-Cookie: x=1/ünï'
+    item = step("result", data={key: 1})
+    add(trace, item)
+
+    response = signed_in.get(f"/traces/{trace.id}/steps/{item.id}/data.json", {"key": key})
+
+    assert response.status_code == HTTPStatus.OK
+    assert (
+        response["Content-Disposition"]
+        == f'attachment; filename="step-{item.id}-abSet-Cookiex1n.json"'
+    )
+    assert json.loads(response.content) == 1
+
+
+def test_a_search_with_a_nul_character_is_not_an_error(signed_in: Client, user: User) -> None:
+    trace = react_trace(user)
+
+    response = signed_in.get(f"/traces/{trace.id}/search/?q=iter%00ation")
+
+    assert response.status_code == HTTPStatus.OK
+    assert "match" in response.content.decode()
 
 
 def test_a_step_of_another_trace_is_a_404(signed_in: Client, user: User) -> None:
