@@ -331,24 +331,11 @@ class RunRecorder:
         self.answer_metadata: dict[str, Any] = {}
 
     async def start(self, llm: LLMProvider) -> None:
+        """The run's first writes: the goal step and the ``meta`` event in one transaction,
+        the event out at once, then the run marked running."""
         self.llm = llm
-        now = timezone.now()
-        await AgentRun.objects.filter(pk=self.run.id).aupdate(
-            status=RunStatus.RUNNING, started_at=now, model=llm.model
-        )
         assert self.run.trace_id is not None
-        await self.store.add_step(
-            self.run.trace_id,
-            StepCreate(
-                id=self.goal_id,
-                step_type="goal",
-                name="task",
-                status=StepStatus.RUNNING,
-                description=self.run.input,
-                data={"task": self.run.input, "tools": self.run.tools, "model": llm.model},
-            ),
-        )
-        await self.events.emit(
+        meta = await self.events.prepare(
             "meta",
             conversation_id=str(self.run.conversation_id) if self.run.conversation_id else None,
             run_id=str(self.run.id),
@@ -356,6 +343,19 @@ class RunRecorder:
             agent=self.run.mode == RunMode.AGENT,
             rag=self.run.mode == RunMode.RAG,
             model=llm.model,
+        )
+        goal = StepCreate(
+            id=self.goal_id,
+            step_type="goal",
+            name="task",
+            status=StepStatus.RUNNING,
+            description=self.run.input,
+            data={"task": self.run.input, "tools": self.run.tools, "model": llm.model},
+        )
+        await self.store.add_steps(self.run.trace_id, [goal], with_rows=[meta])
+        await self.events.publish(meta)
+        await AgentRun.objects.filter(pk=self.run.id).aupdate(
+            status=RunStatus.RUNNING, started_at=timezone.now(), model=llm.model
         )
 
     async def model_replied(self, iteration: Iteration) -> None:

@@ -5,7 +5,7 @@ Run from the repository root::
     .venv/bin/python benchmarks/chat_stream.py [--rounds 3] [--levels 1,10,50]
 
 DevAssist runs under daphne in a subprocess (one process, the in-memory channel layer), on
-PostgreSQL, with the model at ``tests.agent.fake_openai.FakeOpenAI`` (a thread of this process)
+PostgreSQL, with the model at ``tests.agent.fake_openai.FakeOpenAI`` (in a third process)
 answering every call at once with a 24-word answer in 24 streamed chunks. Each stream is a
 plain chat turn (``use_agent``/``use_rag`` false: no Chroma lookup, no tools), so what is
 measured is the server: the route, the conversation and run rows, the run task, the trace
@@ -28,13 +28,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import shutil
 import statistics
+import subprocess
 import sys
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -99,7 +102,8 @@ async def one_stream(client: object, level: Level) -> None:
     try:
         async with client.stream("POST", "/chat?stream=true", json=body) as response:
             if response.status_code != 200:
-                level.errors.append(f"HTTP {response.status_code}")
+                detail = (await response.aread()).decode(errors="replace")[:200]
+                level.errors.append(f"HTTP {response.status_code}: {detail}")
                 return
             async for line in response.aiter_lines():
                 if not line.startswith("data: "):
@@ -174,15 +178,48 @@ def report(results: list[Level]) -> None:
     )
 
 
+@contextlib.contextmanager
+def model_server(replies: int) -> Iterator[str]:
+    """The scripted model in a process of its own (this one's CPU is the client's), answering
+    ``replies`` calls; yields its base URL."""
+    process = subprocess.Popen(
+        [sys.executable, str(Path(__file__).resolve()), "--model", str(replies)],
+        cwd=REPO_ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        yield process.stdout.readline().strip()
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+def serve_model(replies: int) -> None:
+    """``--model N``: the scripted model server; prints its base URL, serves until killed."""
+    from tests.agent.fake_openai import FakeOpenAI
+
+    reply = {"content": "".join(ANSWER_WORDS), "chunks": ANSWER_WORDS}
+    with FakeOpenAI() as model:
+        model.script([reply] * replies)
+        print(model.base_url, flush=True)
+        threading.Event().wait()
+
+
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="Benchmark POST /chat?stream=true.")
     parser.add_argument("--rounds", type=int, default=3, help="batches per concurrency level")
     parser.add_argument("--levels", default="1,10,50", help="concurrency levels")
+    parser.add_argument("--model", type=int, metavar="REPLIES", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.model is not None:
+        serve_model(args.model)
+        return 0
     levels = [int(n) for n in args.levels.split(",")]
     var_dir = configure_environment(
         default_database_url=DEFAULT_DATABASE_URL, var_prefix="devassist-chat-bench-var-"
@@ -199,17 +236,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         token = prepare_token()
         connection.close()
 
-        from tests.agent.fake_openai import FakeOpenAI
         from tests.servers import daphne_server
 
         streams = 5 + args.rounds * sum(levels)
-        reply = {"content": "".join(ANSWER_WORDS), "chunks": ANSWER_WORDS}
-        with FakeOpenAI() as model:
-            model.script([reply] * streams)
+        with model_server(streams) as model_url:
             env = {
                 "DATABASE_URL": os.environ["DATABASE_URL"],
                 "DEVASSIST_VAR_DIR": var_dir,
-                "LLM_BASE_URL": model.base_url,
+                "LLM_BASE_URL": model_url,
                 "LLM_API_KEY": "bench",
                 "LLM_MODEL": "fake-model",
                 "LLM_MAX_RETRIES": "0",
@@ -217,6 +251,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "SANDBOX_POOL_SIZE": "0",
                 "LOG_LEVEL": "WARNING",
                 "SECRET_KEY": "chat-stream-benchmark",
+                "DATABASE_POOL_MAX": os.environ.get("DATABASE_POOL_MAX", "20"),
             }
             with daphne_server(env, timeout_s=60) as base_url:
                 results = asyncio.run(measure(base_url, token, levels, args.rounds))

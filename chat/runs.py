@@ -26,7 +26,6 @@ from agent.models import AgentRun, RunEvent, RunStatus
 from agent.runs import run_create, run_start
 from chat.models import Message, MessageKind, MessageRole
 from chat.routing import Route, choose_route
-from chat.selectors import conversation_get_for
 from chat.services import NewMessage, conversation_start
 from devassist.errors import ApiError, BadRequest, PayloadTooLarge
 
@@ -94,8 +93,6 @@ async def chat_turn_start(
             f"The message is longer than {MESSAGE_MAX_CHARS} characters.",
             details={"max_chars": MESSAGE_MAX_CHARS, "chars": len(message)},
         )
-    if conversation_id is not None:
-        await sync_to_async(conversation_get_for)(user=user, conversation_id=conversation_id)
     explicit = bool(use_agent) or bool(use_rag) or (use_agent is False and use_rag is False)
     documents = False if explicit else await documents_exist(collection)
     route = choose_route(

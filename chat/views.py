@@ -13,6 +13,7 @@ from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 from django_htmx.middleware import HtmxDetails
 
+from agent.knowledge.answers import strip_sources_block
 from agent.llm import get_llm
 from chat.markdown import render_markdown
 from chat.models import Conversation
@@ -70,6 +71,9 @@ def step_view(step: dict[str, Any]) -> dict[str, Any]:
 def answer_view(
     *, content: str, mode: str, model: str, sources: list[dict[str, Any]]
 ) -> dict[str, Any]:
+    if sources:
+        # The sources are listed under the answer; the answer's own list would repeat them.
+        content = strip_sources_block(content)
     return {
         "html": render_markdown(content),
         "mode": mode,

@@ -247,6 +247,22 @@ async def test_a_chat_run_can_be_cancelled_and_re_attached(user, scripted):
     assert run.status == "cancelled"
 
 
+@pytest.mark.django_db(transaction=True)
+async def test_text_that_looks_like_sse_framing_stays_inside_its_delta(user, scripted):
+    forged = 'ok\n\nid: 99\nevent: done\ndata: {"type": "done", "status": "completed"}\n\n'
+    scripted.script([{"content": forged, "chunks": [forged]}])
+    message = 'hi\n\ndata: {"type": "error"}\n\n'
+    async with asgi_client(await bearer(user)) as client:
+        response = await client.post("/chat?stream=true", json={"message": message})
+    events = sse_events(response.text)
+    assert [seq for seq, _ in events] == list(range(1, len(events) + 1))
+    assert stream_types(events).count("done") == 1
+    assert "error" not in stream_types(events)
+    assert deltas(events) == forged
+    run = await AgentRun.objects.aget(pk=events[0][1]["run_id"])
+    assert run.input == message
+
+
 # --- bad input --------------------------------------------------------------------------------
 
 
