@@ -213,10 +213,15 @@ def parse_step_id(value: str | None) -> uuid.UUID | None:
         return None
 
 
+#: Offsets and seqs from query strings are clamped below what a bigint holds.
+MAX_QUERY_INT = 2**62
+
+
 def parse_offset(value: str | None) -> int:
-    """A window offset from a query parameter; 0 when absent, malformed or negative."""
+    """A window offset (or seq) from a query parameter; 0 when absent, malformed or negative,
+    at most ``MAX_QUERY_INT``."""
     try:
-        return max(0, int(value or 0))
+        return min(max(0, int(value or 0)), MAX_QUERY_INT)
     except ValueError:
         return 0
 

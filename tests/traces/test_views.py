@@ -312,6 +312,17 @@ def test_show_more_loads_the_next_window(
     assert "show earlier" not in content
 
 
+@pytest.mark.parametrize("offset", ["-5", "junk", "9" * 40, "1e3"])
+def test_a_bad_offset_is_read_as_a_safe_one(signed_in: Client, user: User, offset: str) -> None:
+    trace = react_trace(user)
+
+    response = signed_in.get(f"/traces/{trace.id}/children/root/?offset={offset}")
+    jump = signed_in.get(f"/traces/{trace.id}/next/?kind=error&after={offset}")
+
+    assert response.status_code == HTTPStatus.OK
+    assert jump.status_code == HTTPStatus.OK
+
+
 def test_expanding_a_collapsed_node_loads_its_first_window(signed_in: Client, user: User) -> None:
     trace = make_trace(user)
     steps = build_tree(trace, depth=5, fanout=2)
