@@ -118,8 +118,10 @@
       card.querySelector(".step-exit").textContent =
         program.exit_code == null ? "–" : String(program.exit_code);
       card.querySelector(".step-truncated").hidden = !program.truncated;
-      fill(card, ".step-stdout", program.stdout || "");
-      fill(card, ".step-stderr", program.stderr || "");
+      card.querySelector(".step-stdout").textContent = program.stdout || "";
+      card.querySelector(".step-stdout-field").hidden = !program.stdout;
+      card.querySelector(".step-stderr").textContent = program.stderr || "";
+      card.querySelector(".step-stderr-field").hidden = !program.stderr;
     }
     fill(card, ".step-observation", step.observation, !program && Boolean(step.observation));
     fill(card, ".step-error", step.error, Boolean(step.error));
@@ -176,7 +178,6 @@
       const response = await fetch("/ui/chat/runs/" + run.runId + "/answer");
       if (response.ok) {
         // The server's rendering of the stored answer: Markdown sanitised with nh3.
-        run.turn.querySelector(".answer-meta").remove();
         run.turn.querySelector(".answer-body").innerHTML = await response.text();
       }
     } else if (status === "failed") {

@@ -123,3 +123,23 @@ def test_pages_of_someone_elses_conversation_or_run_are_404(client, other_user, 
     assert answer.status_code == HTTPStatus.NOT_FOUND
     delete = client.post(f"/ui/chat/conversations/{body['conversation_id']}/delete")
     assert delete.status_code == HTTPStatus.NOT_FOUND
+
+
+@pytest.mark.django_db
+def test_a_rag_answer_shows_its_route_model_and_sources_once(client, user, scripted, guide):
+    scripted.script(["Set SANDBOX_MEMORY_MB [1]."])
+    client.force_login(user)
+    body = client.post(
+        "/chat",
+        data=json.dumps({"message": "How do I change the sandbox memory limit?"}),
+        content_type="application/json",
+    ).json()
+    assert body["route"] == "rag"
+    content = client.get(f"/c/{body['conversation_id']}/").content.decode()
+    assert '<span class="badge route-rag">RAG</span>' in content
+    assert '<span class="muted model">fake-model</span>' in content
+    assert content.count("sandbox.md#") == 1
+    assert '<div class="sources"><h4>Sources</h4>' in content
+    answer = client.get(f"/ui/chat/runs/{body['run_id']}/answer").content.decode()
+    assert "Sources:" not in answer
+    assert "sandbox.md#" in answer
