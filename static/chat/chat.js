@@ -142,6 +142,7 @@
       badge.textContent = ROUTE_LABELS[mode];
       badge.classList.add("route-" + mode);
       turn.querySelector(".model").textContent = event.model || "";
+      if (run.stopRequested) stop(); // Stop pressed before the run had an id
       if (event.conversation_id && event.conversation_id !== conversationId) {
         conversationId = event.conversation_id;
         app.dataset.conversationId = conversationId;
@@ -278,7 +279,11 @@
 
   async function stop() {
     const run = current;
-    if (!run || !run.runId) return;
+    if (!run) return;
+    if (!run.runId) {
+      run.stopRequested = true;
+      return;
+    }
     stopButton.disabled = true;
     try {
       await fetch("/api/runs/" + run.runId + "/cancel", { method: "POST", headers: jsonHeaders() });

@@ -69,6 +69,18 @@ def test_stop_cancels_the_run_on_the_server(page, login, live_model, screenshot)
     assert page.locator("#stop-button").is_hidden()
 
 
+def test_stop_before_the_first_token_cancels_the_model_call(page, login, live_model):
+    live_model.script([{"content": "too late", "delay_s": 8}])
+    login("ada")
+    send(page, "think hard", route="chat")
+    page.locator(".turn.assistant .badge.route-chat").wait_for()  # the run has an id
+    page.keyboard.press("Escape")
+    page.locator(".run-error").wait_for()
+    assert page.locator(".run-error").inner_text() == "Stopped."
+    assert AgentRun.objects.get().status == "cancelled"
+    assert page.locator(".streaming").inner_text() == ""
+
+
 def test_a_code_block_runs_in_the_sandbox_and_hostile_text_stays_inert(
     page, login, live_model, screenshot, sandbox_image
 ):
