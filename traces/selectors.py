@@ -253,6 +253,7 @@ def _node(row: dict[str, Any]) -> dict[str, Any]:
     node["next_offset"] = None
     node["prev_offset"] = None
     node["remaining"] = 0
+    node["index"] = None
     return node
 
 
@@ -273,6 +274,8 @@ def _window(
     window starts past the first child and holds a thought."""
     siblings = Step.objects.filter(trace_id=trace.id, parent_id=parent_id)
     nodes = [_node(r) for r in step_values(siblings.order_by("seq"))[offset : offset + WINDOW]]
+    for index, node in enumerate(nodes, start=offset):
+        node["index"] = index
     before = 0
     if offset and any(n["step_type"] == StepType.THOUGHT for n in nodes):
         before = siblings.filter(step_type=StepType.THOUGHT, seq__lt=nodes[0]["seq"]).count()
@@ -323,6 +326,8 @@ def _auto_expand(trace: Trace, level: list[dict[str, Any]], budget: int) -> int:
             level.append(child)
         for group in children.values():
             _number_iterations(group, 0)
+            for index, node in enumerate(group):
+                node["index"] = index
         for sid, node in frontier.items():
             shown = len(children[sid])
             _open(node, children[sid], shown if shown < node["children_count"] else None)

@@ -134,16 +134,77 @@
   });
 
   // However far someone expands, the tree keeps about MAX_ROWS rows: past that, the loaded
-  // children of collapsed nodes are dropped (they load again when opened).
+  // children of collapsed nodes are dropped, then the earliest window of the longest list of
+  // siblings gives way to a "show earlier steps" link (what was dropped loads again on demand).
   const MAX_ROWS = 2000;
-  function prune() {
-    const t = tree();
-    if (!t || t.querySelectorAll("li.node").length <= MAX_ROWS) return;
-    t.querySelectorAll("li.node:not(.open) > ul.children[data-loaded]").forEach((ul) => {
-      if (ul.closest("li.node").querySelector(".selected")) return;
+  const WINDOW = 50;
+  const rowCount = () => tree().querySelectorAll("li.node").length;
+
+  function moreLink(className, url, text) {
+    const li = document.createElement("li");
+    li.className = className;
+    const link = document.createElement("a");
+    link.href = url;
+    link.textContent = text;
+    link.setAttribute("hx-get", url);
+    link.setAttribute("hx-target", "closest li");
+    link.setAttribute("hx-swap", "outerHTML");
+    li.appendChild(link);
+    return li;
+  }
+
+  // Drops a window of WINDOW rows from the longest loaded list of siblings: its earliest one,
+  // or with ``latest`` (after the user loaded earlier steps) its last one, leaving a link that
+  // loads it again. False when no list is long enough.
+  function dropWindow(latest) {
+    let longest = null;
+    let most = WINDOW;
+    tree().querySelectorAll("ul.tree, ul.children[data-loaded]").forEach((ul) => {
+      const kids = ul.querySelectorAll(":scope > li.node");
+      if (kids.length > most && !ul.querySelector(".selected")) {
+        longest = ul;
+        most = kids.length;
+      }
+    });
+    if (!longest) return false;
+    const kids = Array.from(longest.querySelectorAll(":scope > li.node"));
+    const owner = longest.closest("li.node");
+    const children = owner ? owner.querySelector(":scope > .row .tog").dataset.children
+                           : base + "children/root/";
+    if (latest) {
+      const dropped = kids.slice(kids.length - WINDOW);
+      if (dropped[0].dataset.index === undefined) return false;
+      const next = longest.querySelector(":scope > li.more:not(.prev)");
+      if (next) next.remove();
+      dropped.forEach((li) => li.remove());
+      const url = children + "?offset=" + dropped[0].dataset.index + "&dir=next";
+      const li = moreLink("more", url, "show more steps");
+      longest.appendChild(li);
+      htmx.process(li);
+      return true;
+    }
+    const first = kids[WINDOW];
+    if (first.dataset.index === undefined) return false;
+    const prev = longest.querySelector(":scope > li.more.prev");
+    if (prev) prev.remove();
+    kids.slice(0, WINDOW).forEach((li) => li.remove());
+    const offset = Math.max(0, Number(first.dataset.index) - WINDOW);
+    const li = moreLink("more prev", children + "?offset=" + offset + "&dir=prev", "show earlier steps");
+    longest.insertBefore(li, first);
+    htmx.process(li);
+    return true;
+  }
+
+  function prune(event) {
+    if (!tree() || rowCount() <= MAX_ROWS) return;
+    tree().querySelectorAll("li.node:not(.open) > ul.children[data-loaded]").forEach((ul) => {
+      if (ul.querySelector(".selected")) return;
       ul.innerHTML = "";
       delete ul.dataset.loaded;
     });
+    const config = event && event.detail && event.detail.requestConfig;
+    const latest = Boolean(config && String(config.path).includes("dir=prev"));
+    while (rowCount() > MAX_ROWS && dropWindow(latest)) { /* one window at a time */ }
   }
   document.body.addEventListener("htmx:afterSettle", prune);
 

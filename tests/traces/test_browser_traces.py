@@ -250,3 +250,41 @@ def test_a_running_trace_updates_in_place_in_the_list(page, login, app_server) -
 
     page.locator(f"#t-{trace.id} .status-badge").filter(has_text="failed").wait_for()
     assert page.url.endswith("/traces/")
+
+
+def test_the_tree_keeps_about_2000_rows_however_far_one_loads(page, login) -> None:
+    user = login("ada")
+    trace = make_trace(user, task="a very long run")
+    goal = step("goal", name="goal")
+    thoughts = [step("thought", parent=goal, name=f"t{i}") for i in range(2199)]
+    for start in range(0, 2200, 1000):
+        add(trace, *[goal, *thoughts][start : start + 1000])
+
+    page.goto(f"/traces/{trace.id}/")
+    assert rows(page) == 51
+    for _ in range(43):
+        more = page.locator("#tree li.more:not(.prev) a")
+        if more.count() == 0:
+            break
+        before = page.locator("#tree li.node").last.get_attribute("id")
+        more.click()
+        page.wait_for_function(
+            f"Array.from(document.querySelectorAll('#tree li.node')).pop().id !== '{before}'"
+        )
+        assert rows(page) <= 2000 + 1
+
+    assert page.locator("#tree li.more").count() == 1
+    assert page.locator("#tree li.node .name").last.inner_text() == "t2198"
+    earlier = page.locator("#tree li.more.prev a")
+    assert earlier.inner_text() == "show earlier steps"
+    first_shown = int(page.locator("#tree li.t-thought").first.get_attribute("data-index"))
+    assert first_shown > 0
+    assert first_shown % 50 == 0
+
+    earlier.click()
+    page.locator(f"#tree li.t-thought[data-index='{first_shown - 50}']").wait_for()
+    names = page.locator("#tree li.t-thought .name").all_inner_texts()
+    assert names[:2] == [f"t{first_shown - 50}", f"t{first_shown - 49}"]
+    # The latest window gave way this time, behind a link that loads it again.
+    assert rows(page) <= 2000 + 1
+    assert page.locator("#tree li.more:not(.prev) a").inner_text() == "show more steps"
