@@ -478,6 +478,7 @@ async def iteration_parts(user: Any, *, iterations: int) -> list[Part]:
     Indented parts are inside the part above them."""
     import agent.loop
     import agent.runs
+    import devassist.db
     import traces.store
     from agent.events import RunEvents
     from agent.loop import LoopConfig
@@ -495,7 +496,7 @@ async def iteration_parts(user: Any, *, iterations: int) -> list[Part]:
             ("trace store add_step", OrmTraceStore, "add_step"),
             ("  in the ORM thread: add_steps_sync", OrmTraceStore, "add_steps_sync"),
             ("    _build_batch", OrmTraceStore, "_build_batch"),
-            ("      _apply_deltas (ancestor rollups UPDATE)", traces.store, "_apply_deltas"),
+            ("    the writes, sent together (devassist.db.run)", devassist.db, "run"),
             ("trace store update_step", OrmTraceStore, "update_step"),
             ("  in the ORM thread: update_step_sync", OrmTraceStore, "update_step_sync"),
             ("run event: publish (group_send)", RunEvents, "publish"),

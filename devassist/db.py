@@ -136,31 +136,80 @@ def _insert_sql(vendor: str, model: type[models.Model], rows: int, skip_conflict
     return sql + " ON CONFLICT DO NOTHING" if skip_conflicts else sql
 
 
-def insert(objs: Sequence[models.Model], *, chunk: int = 200, skip_conflicts: bool = False) -> int:
-    """INSERT new instances of one model, ``chunk`` rows per statement, as ``bulk_create``
-    would store them (``pre_save`` runs, so ``auto_now_add`` fields are set). An auto primary
-    key is left to the database and not read back. With ``skip_conflicts``, rows that would
-    violate a unique constraint are left out instead of failing the statement. Returns how
-    many rows were inserted."""
+@dataclass(frozen=True)
+class Statement:
+    """One write with its parameters, to run alone or with others (``run``)."""
+
+    sql: str
+    params: list[Any]
+
+
+def insert_statements(
+    objs: Sequence[models.Model], *, chunk: int = 200, skip_conflicts: bool = False
+) -> list[Statement]:
+    """The INSERTs that store new instances of one model, ``chunk`` rows per statement, as
+    ``bulk_create`` would store them (``pre_save`` runs, so ``auto_now_add`` fields are set).
+    An auto primary key is left to the database and not read back. With ``skip_conflicts``,
+    rows that would violate a unique constraint are left out instead of failing the
+    statement. The instances count as stored from here on (``_state.adding`` is false)."""
     if not objs:
-        return 0
+        return []
     model = type(objs[0])
     fields = _concrete(model, None)
     connection = _connection()
-    inserted = 0
+    statements = []
     for start in range(0, len(objs), chunk):
         part = objs[start : start + chunk]
         params: list[Any] = []
         for obj in part:
             params += [f.get_db_prep_save(f.pre_save(obj, True), connection) for f in fields]
-        with connection.cursor() as cursor:
-            sql = _insert_sql(connection.vendor, model, len(part), skip_conflicts)
-            cursor.execute(sql, params)
-            inserted += cursor.rowcount
-        for obj in part:
             obj._state.adding = False
             obj._state.db = DEFAULT_DB_ALIAS
-    return inserted
+        sql = _insert_sql(connection.vendor, model, len(part), skip_conflicts)
+        statements.append(Statement(sql, params))
+    return statements
+
+
+def update_statement(obj: models.Model, names: Iterable[str]) -> Statement:
+    """The UPDATE of the named fields of a stored instance from its attributes
+    (``save(update_fields=)`` without the ORM's compilation; ``auto_now`` fields are not
+    touched)."""
+    key = tuple(sorted(names))
+    connection = _connection()
+    fields = _concrete(type(obj), key)
+    params = [f.get_db_prep_save(getattr(obj, f.attname), connection) for f in fields]
+    pk = type(obj)._meta.pk
+    params.append(pk.get_db_prep_value(obj.pk, connection))
+    return Statement(_update_sql(connection.vendor, type(obj), key), params)
+
+
+def run(statements: Sequence[Statement]) -> list[int]:
+    """Run writes in order and return each one's row count. On PostgreSQL they travel as one
+    string in one round trip (client-side binding takes several statements at once; the first
+    failing one raises, as it would alone); elsewhere one by one."""
+    if not statements:
+        return []
+    connection = _connection()
+    with connection.cursor() as cursor:
+        if connection.vendor != "postgresql" or len(statements) == 1:
+            counts = []
+            for statement in statements:
+                cursor.execute(statement.sql, statement.params)
+                counts.append(cursor.rowcount)
+            return counts
+        cursor.execute(
+            "; ".join(statement.sql for statement in statements),
+            [param for statement in statements for param in statement.params],
+        )
+        counts = [cursor.rowcount]
+        while cursor.nextset():
+            counts.append(cursor.rowcount)
+        return counts
+
+
+def insert(objs: Sequence[models.Model], *, chunk: int = 200, skip_conflicts: bool = False) -> int:
+    """Store new instances (``insert_statements``) now; returns how many rows were inserted."""
+    return sum(run(insert_statements(objs, chunk=chunk, skip_conflicts=skip_conflicts)))
 
 
 @lru_cache(maxsize=128)
@@ -172,16 +221,8 @@ def _update_sql(vendor: str, model: type[models.Model], names: tuple[str, ...]) 
 
 
 def update(obj: models.Model, names: Iterable[str]) -> None:
-    """UPDATE the named fields of a stored instance from its attributes (``save(update_fields=)``
-    without the ORM's compilation; ``auto_now`` fields are not touched)."""
-    key = tuple(sorted(names))
-    fields = _concrete(type(obj), key)
-    connection = _connection()
-    params = [f.get_db_prep_save(getattr(obj, f.attname), connection) for f in fields]
-    pk = type(obj)._meta.pk
-    params.append(pk.get_db_prep_value(obj.pk, connection))
-    with connection.cursor() as cursor:
-        cursor.execute(_update_sql(connection.vendor, type(obj), key), params)
+    """Run ``update_statement`` now."""
+    run([update_statement(obj, names)])
 
 
 def commit_without_flush_wait() -> None:

@@ -307,18 +307,19 @@ class _Delta:
     children: int = 0
 
 
-def _apply_deltas(trace_id: uuid.UUID, deltas: dict[int, _Delta]) -> None:
-    """Add rollup deltas to existing steps, keyed by seq, in one UPDATE per 500 steps.
+def _rollup_writes(trace_id: uuid.UUID, deltas: dict[int, _Delta]) -> list[db.Statement]:
+    """The UPDATEs that add rollup deltas to existing steps, keyed by seq, one per 500 steps.
 
     Plain SQL (a VALUES list joined in; PostgreSQL and SQLite both take it): every write to a
     trace runs this, and compiling the equivalent CASE expressions cost Django more than the
     statement costs the database."""
     rows = [(seq, d) for seq, d in deltas.items() if d != _Delta()]
     if not rows:
-        return
+        return []
     ops = connection.ops
     table = ops.quote_name(Step._meta.db_table)
     trace_value = Step._meta.get_field("trace").target_field.get_db_prep_value(trace_id, connection)
+    statements = []
     for start in range(0, len(rows), 500):
         chunk = rows[start : start + 500]
         values = ", ".join(["(%s, %s, %s, %s, %s, %s)"] * len(chunk))
@@ -336,10 +337,12 @@ def _apply_deltas(trace_id: uuid.UUID, deltas: dict[int, _Delta]) -> None:
             "children_count = children_count + d.children "
             f"FROM d WHERE {table}.trace_id = %s AND {table}.seq = d.seq"
         )
-        with connection.cursor() as cursor:
-            cursor.execute(sql, [*params, trace_value])
+        statements.append(db.Statement(sql, [*params, trace_value]))
+    return statements
 
 
+#: Rollups change only by relative writes (``_rollup_writes``), never by setting a value.
+_SUBTREE_FIELDS = frozenset({"subtree_error_count", "subtree_tokens", "subtree_cost"})
 _STEP_TYPES = frozenset(StepType.values)
 _STEP_STATUSES = frozenset(StepStatus.values)
 
@@ -666,18 +669,29 @@ class OrmTraceStore:
         committed: list[dict[str, Any]] = []
         with transaction.atomic():
             trace = _locked_running_trace(trace_id, skip_flush_wait=True)
-            stored, new_steps, events, assumed = self._build_batch(
+            stored, new_steps, events, deltas, assumed = self._build_batch(
                 trace, steps, assume_new=assume_new
             )
-            if db.insert(new_steps, skip_conflicts=assumed) != len(new_steps):
-                raise _ResentIds
+            rollups = _rollup_writes(trace.id, deltas)
+            inserts = db.insert_statements(new_steps, skip_conflicts=assumed)
+            # The writes go out together, after the reads (the lock, the steps to update).
+            writes = [*rollups, *inserts]
+            batch = {step.id: step for step in new_steps}
             for step_id, changes in updates.items():
-                events.append(self._update_locked(trace, step_id, changes)[1])
-            db.insert(events)
+                _, event, step_writes = self._update_locked(
+                    trace, step_id, changes, batch=batch, pending=deltas
+                )
+                events.append(event)
+                writes += step_writes
+            writes += db.insert_statements(events)
             for _, rows in itertools.groupby(with_rows, key=type):
-                db.insert(list(rows))
+                writes += db.insert_statements(list(rows))
             if events:
-                db.update(trace, [*_TRACE_COUNTERS, "total_steps", "root_count"])
+                counters = [*_TRACE_COUNTERS, "total_steps", "root_count"]
+                writes.append(db.update_statement(trace, counters))
+            counts = db.run(writes)
+            if sum(counts[len(rollups) : len(rollups) + len(inserts)]) != len(new_steps):
+                raise _ResentIds
             payload = [event_dict(event) for event in events]
             transaction.on_commit(lambda: committed.extend(payload))
             transaction.on_commit(lambda: _positions.remember(new_steps))
@@ -687,10 +701,11 @@ class OrmTraceStore:
 
     def _build_batch(
         self, trace: Trace, items: Sequence[StepCreate], *, assume_new: bool = False
-    ) -> tuple[list[Step], list[Step], list[TraceEvent], bool]:
-        """The batch's steps (stored ones for re-sent ids), the new ones, their events, and
-        whether the ids were assumed new (``assume_new`` and every outside parent's position
-        known: nothing was looked up, so the caller must check the insert)."""
+    ) -> tuple[list[Step], list[Step], list[TraceEvent], dict[int, _Delta], bool]:
+        """The batch's steps (stored ones for re-sent ids), the new ones, their events, the
+        rollup deltas of stored ancestors by seq (not written yet), and whether the ids were
+        assumed new (``assume_new`` and every outside parent's position known: nothing was
+        looked up, so the caller must check the insert)."""
         ids = [item.id for item in items]
         if len(ids) != len(set(ids)):
             raise InvalidStep("A step id appears twice in the batch.")
@@ -797,11 +812,10 @@ class OrmTraceStore:
             trace.total_tokens += item.tokens
             trace.total_cost += item.cost
             trace.error_count += error
-        _apply_deltas(trace.id, deltas)
         # Events carry the steps as stored, rollups from later steps of the batch included.
         for step in new_steps:
             events.append(_step_event("step_added", step.seq, trace, step=step_dict(step)))
-        return stored, new_steps, events, assumed
+        return stored, new_steps, events, deltas, assumed
 
     @staticmethod
     def _parent_for(
@@ -839,23 +853,40 @@ class OrmTraceStore:
         committed: list[dict[str, Any]] = []
         with transaction.atomic():
             trace = _locked_running_trace(trace_id, skip_flush_wait=True)
-            step, event = self._update_locked(trace, step_id, changes)
-            db.update(trace, _TRACE_COUNTERS)
-            db.insert([event])
+            step, event, writes = self._update_locked(trace, step_id, changes)
+            writes.append(db.update_statement(trace, _TRACE_COUNTERS))
+            db.run([*writes, *db.insert_statements([event])])
             payload = [event_dict(event)]
             transaction.on_commit(lambda: committed.extend(payload))
         return step, committed
 
     def _update_locked(
-        self, trace: Trace, step_id: uuid.UUID, changes: dict[str, Any]
-    ) -> tuple[Step, TraceEvent]:
-        """Apply checked ``changes`` to a step of the locked ``trace``: the step, its ancestors'
-        rollups and the trace totals (the caller saves the trace), and the (unsaved)
-        ``step_updated`` event with the next seq."""
-        found = _step_query(connection.vendor).instances(
-            Step, {PLACEHOLDER_TRACE: trace.id, PLACEHOLDER_STEP: step_id}
-        )
-        step = found[0] if found else None
+        self,
+        trace: Trace,
+        step_id: uuid.UUID,
+        changes: dict[str, Any],
+        *,
+        batch: Mapping[uuid.UUID, Step] | None = None,
+        pending: Mapping[int, _Delta] | None = None,
+    ) -> tuple[Step, TraceEvent, list[db.Statement]]:
+        """Apply checked ``changes`` to a step of the locked ``trace`` (one of ``batch``, the
+        steps being added with it, or a stored one, whose rollups may have ``pending`` deltas
+        from the same batch): the step, the trace totals (the caller saves the trace), the
+        (unsaved) ``step_updated`` event with the next seq, and the writes of the step and of
+        its own and its ancestors' rollups (relative, so that they add up with the batch's),
+        for the caller to run."""
+        step = (batch or {}).get(step_id)
+        if step is None:
+            found = _step_query(connection.vendor).instances(
+                Step, {PLACEHOLDER_TRACE: trace.id, PLACEHOLDER_STEP: step_id}
+            )
+            step = found[0] if found else None
+            waiting = (pending or {}).get(step.seq) if step is not None else None
+            if step is not None and waiting is not None:
+                # As the step will stand once the batch's writes are in (the event shows it).
+                step.subtree_error_count += waiting.errors
+                step.subtree_tokens += waiting.tokens
+                step.subtree_cost += waiting.cost
         if step is None:
             raise StepNotFound(f"Step {step_id} does not exist in trace {trace.id}.")
         was_error = 1 if step.is_error else 0
@@ -881,16 +912,17 @@ class OrmTraceStore:
             tokens=step.tokens - old_tokens,
             cost=step.cost - old_cost,
         )
+        writes = []
         if delta != _Delta():
             step.subtree_error_count += delta.errors
             step.subtree_tokens += delta.tokens
             step.subtree_cost += delta.cost
-            updated |= {"subtree_error_count", "subtree_tokens", "subtree_cost"}
-            _apply_deltas(trace.id, dict.fromkeys(step.path, delta))
+            updated |= _SUBTREE_FIELDS
+            writes = _rollup_writes(trace.id, dict.fromkeys([*step.path, step.seq], delta))
             trace.total_tokens += delta.tokens
             trace.total_cost += delta.cost
             trace.error_count += delta.errors
-        db.update(step, updated)
+        writes.append(db.update_statement(step, updated - _SUBTREE_FIELDS))
         trace.last_seq += 1
         row = step_dict(step)
         shown = updated - {"data"} | ({"data_preview"} if "data" in changes else set())
@@ -898,7 +930,7 @@ class OrmTraceStore:
         event = _step_event(
             "step_updated", trace.last_seq, trace, step_id=str(step.id), updates=updates
         )
-        return step, event
+        return step, event, writes
 
     # -- steps: reads --
 

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from decimal import Decimal
 
 import pytest
-from django.db import connection, transaction
+from django.db import IntegrityError, connection, transaction
 
 from devassist import db
 from devassist.db import (
@@ -140,3 +140,38 @@ def test_run_writes_commit_without_waiting_for_the_flush_only_inside_their_trans
     with transaction.atomic():
         commit_without_flush_wait()
         assert synchronous_commit() == "on"
+
+
+def test_writes_run_together_in_one_round_trip_and_report_each_row_count(
+    user, django_assert_num_queries
+):
+    trace = make_trace(user)
+    first, second = new_step(trace), new_step(trace, id=uuid.uuid4(), seq=2)
+    statements = [
+        *db.insert_statements([first, second]),
+        db.update_statement(first, ["name"]),
+        *db.insert_statements([new_step(trace, id=first.id, seq=3)], skip_conflicts=True),
+    ]
+
+    with django_assert_num_queries(1):
+        counts = db.run(statements)
+
+    assert counts == [2, 1, 0]
+    assert Step.objects.filter(trace=trace).count() == 2
+
+
+def test_a_failing_write_among_several_raises_and_the_transaction_keeps_none(user):
+    trace = make_trace(user)
+    step = new_step(trace)
+    db.insert([step])
+    clash = new_step(trace, id=uuid.uuid4())  # the same seq in the same trace
+
+    with pytest.raises(IntegrityError), transaction.atomic():
+        db.run(
+            [
+                *db.insert_statements([new_step(trace, id=uuid.uuid4(), seq=5)]),
+                *db.insert_statements([clash]),
+            ]
+        )
+
+    assert list(Step.objects.filter(trace=trace).values_list("seq", flat=True)) == [1]
