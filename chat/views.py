@@ -7,7 +7,7 @@ import json
 import uuid
 from typing import Any
 
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.shortcuts import render
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseClientRedirect
@@ -19,6 +19,7 @@ from chat.markdown import render_markdown
 from chat.models import Conversation
 from chat.selectors import (
     ConversationNotFound,
+    CursorInvalid,
     RunAnswerNotFound,
     active_run_for,
     conversation_get_for,
@@ -129,9 +130,12 @@ def chat_page(request: HtmxHttpRequest, conversation_id: uuid.UUID | None = None
 def conversation_list(request: HtmxHttpRequest) -> HttpResponse:
     """The sidebar's list (``q`` searches, ``cursor`` continues)."""
     query = request.GET.get("q", "")[:200]
-    page = conversation_list_for(
-        user=request.user, query=query, cursor=request.GET.get("cursor") or None
-    )
+    try:
+        page = conversation_list_for(
+            user=request.user, query=query, cursor=request.GET.get("cursor") or None
+        )
+    except CursorInvalid as exc:
+        return HttpResponseBadRequest(exc.message)
     current = request.GET.get("current", "")
     return render(
         request,

@@ -143,3 +143,17 @@ def test_a_rag_answer_shows_its_route_model_and_sources_once(client, user, scrip
     answer = client.get(f"/ui/chat/runs/{body['run_id']}/answer").content.decode()
     assert "Sources:" not in answer
     assert "sandbox.md#" in answer
+
+
+@pytest.mark.django_db
+def test_the_sidebar_list_searches_and_refuses_a_forged_cursor(client, user):
+    from chat.services import NewMessage, conversation_start
+
+    conversation_start(owner=user, history=[NewMessage("user", "Docker <b>limits</b>")])
+    conversation_start(owner=user, history=[NewMessage("user", "something else")])
+    client.force_login(user)
+    found = client.get("/ui/chat/conversations/", {"q": "docker"}).content.decode()
+    assert found.count('<li class="conversation') == 1
+    assert "Docker &lt;b&gt;limits&lt;/b&gt;" in found
+    forged = client.get("/ui/chat/conversations/", {"cursor": "not-a-cursor"})
+    assert forged.status_code == HTTPStatus.BAD_REQUEST
