@@ -129,7 +129,10 @@ class Step(models.Model):
         blank=True,
         on_delete=models.CASCADE,
         related_name="children",
-        db_index=False,  # covered by the (trace, parent, seq) index
+        # Its own index besides (trace, parent, seq): deleting a trace looks up every step's
+        # children by parent alone (the cascade and the foreign key check), which without it
+        # is a scan per step.
+        db_index=True,
     )
     seq = models.PositiveBigIntegerField(help_text="Creation order; unique within the trace.")
     depth = models.PositiveIntegerField(default=0)
