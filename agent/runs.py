@@ -31,7 +31,7 @@ from agent.llm.base import ChatMessage, LLMProvider, LLMResponse
 from agent.loop import AgentCancelled, Iteration, LoopConfig, run_react
 from agent.memory import consolidate, long_term_message, recall, short_term_memory
 from agent.models import AgentRun, RunMode, RunStatus
-from agent.tools.registry import ToolContext, ToolNotFound, ToolRegistry, default_registry
+from agent.tools.registry import ToolContext, ToolNotFound, default_registry
 from chat.models import Message, MessageKind, MessageRole
 from chat.selectors import conversation_get_for
 from chat.services import NewMessage, messages_append
@@ -185,14 +185,14 @@ async def _execute(
         elif run.mode == RunMode.CHAT and llm.model != OFFLINE_MODEL:
             answer = await _chat(run, history, llm, recorder, cancel)
         else:
-            # The offline provider answers only in the ReAct protocol: its chat goes through
-            # the loop, without tools.
-            registry = default_registry().subset(run.tools)
+            # The offline provider answers only in the ReAct protocol, and all it can do is
+            # run code it is given: its chat goes through the loop, with the tools.
+            registry = default_registry()
             answer = await run_react(
                 task=run.input,
                 history=history,
                 llm=llm,
-                tools=registry if run.mode == RunMode.AGENT else ToolRegistry(),
+                tools=registry.subset(run.tools) if run.mode == RunMode.AGENT else registry,
                 recorder=recorder,
                 context=ToolContext(user=run.user, run_id=run.id, cancel=cancel),
                 config=LoopConfig(),

@@ -124,6 +124,18 @@ def test_rag_route_answers_with_sources(api, scripted, guide):
 
 
 @pytest.mark.django_db
+def test_offline_chat_runs_the_code_it_is_given(api, sandbox_image):
+    response = post(api, "/chat", {"message": "```python\nprint(3 * 3)\n```", "use_agent": False})
+    assert response.status_code == HTTPStatus.OK, response.content
+    body = response.json()
+    assert body["route"] == "chat"
+    assert body["model"] == "offline"
+    (step,) = body["steps"]
+    assert step["tool_name"] == "execute_code"
+    assert "9" in body["reply"]
+
+
+@pytest.mark.django_db
 def test_rag_of_a_missing_collection_is_404(api, guide):
     assert_error(
         post(api, "/chat", {"message": "x?", "use_rag": True, "collection_name": "nope"}),
