@@ -428,3 +428,23 @@ def test_rename_and_delete(api, other_api, user):
     assert not Conversation.objects.filter(pk=conversation.id).exists()
     assert Message.objects.count() == 0
     assert_error(api.get(url), HTTPStatus.NOT_FOUND, "conversation_not_found")
+
+
+@pytest.mark.django_db
+def test_deleting_a_conversation_forgets_its_long_term_memory(api, user, knowledge):
+    from agent.knowledge.store import query_texts, upsert_texts
+
+    mine = _titled(user, "mine", ("My name is Ada.",))
+    other = _titled(user, "other", ("My name is Bob.",))
+    upsert_texts(
+        "agent_memory",
+        ids=["m1", "m2"],
+        texts=["User: My name is Ada.", "User: My name is Bob."],
+        metadatas=[{"conversation_id": str(mine.id)}, {"conversation_id": str(other.id)}],
+    )
+    assert api.delete(f"/chat/conversations/{mine.id}").status_code == HTTPStatus.NO_CONTENT
+    assert (
+        query_texts("agent_memory", text="name", n=5, where={"conversation_id": str(mine.id)}) == []
+    )
+    kept = query_texts("agent_memory", text="name", n=5, where={"conversation_id": str(other.id)})
+    assert [hit.id for hit in kept] == ["m2"]
