@@ -14,6 +14,7 @@ import contextlib
 import threading
 import time
 import uuid
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -62,6 +63,11 @@ CHAT_SYSTEM_PROMPT = (
 )
 #: The model name of the offline provider, which speaks only the ReAct protocol.
 OFFLINE_MODEL = "offline"
+
+#: A tool call that ends within this long is recorded in one transaction with its thought and
+#: result; a longer one gets its thought and running action written once this has passed, so
+#: live views show it running (``RunRecorder.tool_started``).
+ACTION_WRITE_DELAY_S = 0.05
 
 #: Runs executing in this process: their tasks and cancel events.
 _running: dict[uuid.UUID, tuple[asyncio.Task[None], threading.Event]] = {}
@@ -329,6 +335,10 @@ class RunRecorder:
         self.transcript: list[NewMessage] = []
         #: Stored with the final answer's message (a RAG answer's ``sources``).
         self.answer_metadata: dict[str, Any] = {}
+        #: The thought and action of the tool call in progress, not written yet, and the task
+        #: that writes them if the tool takes longer than ``ACTION_WRITE_DELAY_S``.
+        self._unwritten: tuple[StepCreate, StepCreate] | None = None
+        self._started_write: asyncio.Task[None] | None = None
 
     async def start(self, llm: LLMProvider) -> None:
         """The run's first writes: the goal step and the ``meta`` event in one transaction,
@@ -397,19 +407,45 @@ class RunRecorder:
         await self.store.add_step(self.run.trace_id, thought)
 
     async def tool_started(self, iteration: Iteration) -> None:
-        assert self.run.trace_id is not None
+        """The thought and its running action are written once the tool has run for
+        ``ACTION_WRITE_DELAY_S``, or with the result if it ends sooner (one transaction instead
+        of two for quick tools, and nothing a person could have watched is lost)."""
         action = StepCreate(
             step_type="action",
             parent_id=iteration.handles["thought"],
             name=iteration.tool_name or "",
             status=StepStatus.RUNNING,
             data={"tool_name": iteration.tool_name, "arguments": iteration.tool_args},
-        )
-        await self.store.add_steps(
-            self.run.trace_id, [iteration.handles.pop("thought_step"), action]
+            started_at=timezone.now(),
         )
         iteration.handles["action"] = action.id
         iteration.handles["action_started"] = asyncio.get_running_loop().time()
+        self._unwritten = (iteration.handles.pop("thought_step"), action)
+        self._started_write = asyncio.create_task(self._write_started_later())
+
+    async def _write_started_later(self) -> None:
+        await asyncio.sleep(ACTION_WRITE_DELAY_S)
+        await self._write_started()
+
+    async def _write_started(self) -> None:
+        assert self.run.trace_id is not None
+        if self._unwritten is not None:
+            steps, self._unwritten = self._unwritten, None
+            await self.store.add_steps(self.run.trace_id, list(steps))
+
+    async def _settle_started(self) -> tuple[StepCreate, StepCreate] | None:
+        """The tool call's thought and action if they are still unwritten (the delayed write
+        is called off); otherwise None, once their write is done."""
+        task, self._started_write = self._started_write, None
+        if task is None:
+            return None
+        if self._unwritten is not None and not task.done():
+            # Still sleeping: a write in flight has already taken the steps out.
+            task.cancel()
+            unwritten, self._unwritten = self._unwritten, None
+            return unwritten
+        await task
+        return None
 
     async def iteration_finished(self, iteration: Iteration) -> None:
         assert self.run.trace_id is not None
@@ -428,10 +464,19 @@ class RunRecorder:
                 "result_truncated": iteration.observation_truncated,
             },
         )
+        steps = [result]
         updates = {}
         if "action" in iteration.handles:
             tool_ms = int((loop_time - iteration.handles["action_started"]) * 1000)
-            updates[iteration.handles["action"]] = {"status": status, "duration_ms": tool_ms}
+            unwritten = await self._settle_started()
+            if unwritten is None:
+                updates[iteration.handles["action"]] = {"status": status, "duration_ms": tool_ms}
+            else:
+                thought, action = unwritten
+                done = replace(
+                    action, status=status, duration_ms=tool_ms, finished_at=timezone.now()
+                )
+                steps = [thought, done, result]
         self.step_count += 1
         # The step event commits with the result step: the step is finished when both are
         # stored, and it goes out at once.
@@ -449,7 +494,7 @@ class RunRecorder:
             finished_at_ms=_ms(time.time()),
             latency_ms=int((time.monotonic() - iteration.started) * 1000),
         )
-        await self.store.add_steps(self.run.trace_id, [result], updates=updates, with_rows=[event])
+        await self.store.add_steps(self.run.trace_id, steps, updates=updates, with_rows=[event])
         await self.events.publish(event)
         self.transcript.append(
             NewMessage(
@@ -691,6 +736,11 @@ class RunRecorder:
     ) -> None:
         """Final bookkeeping; never raises, so a failing run still records its failure."""
         try:
+            # A tool call cut short (a cancelled run) keeps its thought and action.
+            unwritten = await self._settle_started()
+            if unwritten is not None:
+                assert self.run.trace_id is not None
+                await self.store.add_steps(self.run.trace_id, list(unwritten))
             await self.events.flush_delta()
             if self.run.conversation_id is not None:
                 try:

@@ -18,7 +18,10 @@ calls of the tool, then a final answer).
    ``tests.agent.fake_openai.FakeOpenAI`` (``--http-runs`` runs; the server is a thread of this
    process, so its HTTP round trip and its share of the GIL are in that figure). Queries per
    iteration are counted; one ``sync_to_async`` ``SELECT 1`` is the baseline. One more run, with
-   timers around the loop's and the trace store's parts, shows where an iteration goes.
+   timers around the loop's and the trace store's parts, shows where an iteration goes. The
+   no-op tool ends at once, so each iteration is written in one transaction (thought, finished
+   action, result and the step's event); a tool running longer than
+   ``agent.runs.ACTION_WRITE_DELAY_S`` adds a second one for its running action.
 2. Step to wire: from the step finishing (its result step and its ``step`` event's
    ``RunEvent`` row committed in one transaction, ``RunEvents.publish`` called) to the step's
    SSE frame reaching an HTTP client, through ``POST /agent?stream=true`` on a real daphne
@@ -827,8 +830,9 @@ async def run(user: Any, token: str, counter: QueryCounter, args: argparse.Names
     print(
         f"\nLoop: {args.runs} (scripted) and {args.http_runs} (HTTP) timed runs x "
         f"{args.iterations} iterations, after a short untimed run; an iteration is one model "
-        "call, a thought, an action and a result step, a step update, a RunEvent row and its "
-        "broadcast to one SSE subscriber. Steps: "
+        "call, a thought, an action and a result step with the step's RunEvent row (one "
+        "transaction: the no-op tool ends within ACTION_WRITE_DELAY_S) and its broadcast to "
+        "one SSE subscriber. Steps: "
         f"{args.stream_runs} timed streamed runs x {STREAM_TOOL_CALLS} steps each way."
     )
     print_parts(parts)
