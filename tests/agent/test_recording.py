@@ -61,9 +61,12 @@ async def test_a_quick_tool_call_is_written_with_its_thought_and_result_at_once(
     assert action.status == "completed"
     assert action.duration_ms is not None
     assert action.duration_ms < 1000
+    assert action.started_at is not None
+    assert action.finished_at is not None
     assert action.started_at <= action.finished_at
     updated = {step_id for event, _, step_id in events if event == "step_updated"}
     assert str(action.id) not in updated
+    assert action.parent_id is not None
     thought_seq = (await Step.objects.aget(pk=action.parent_id)).seq
     result = await Step.objects.aget(trace_id=run.trace_id, step_type="result")
     assert (action.seq, result.seq) == (thought_seq + 1, thought_seq + 2)
@@ -85,6 +88,7 @@ async def test_a_slow_tool_call_shows_its_running_action_while_it_works(tool_run
 
     action = await Step.objects.aget(pk=running.id)
     assert action.status == "completed"
+    assert action.duration_ms is not None
     assert action.duration_ms >= ACTION_WRITE_DELAY_S * 10 * 1000 * 0.9
     events = await events_of(run.trace_id)
     assert ("step_updated", "", str(action.id)) in events
