@@ -36,6 +36,7 @@ from django.db.models import Max
 
 from agent.knowledge.store import query_texts, upsert_texts
 from agent.llm.base import ChatMessage, LLMProvider
+from agent.llm.offline import OFFLINE_MODEL
 from agent.models import MemorySummary
 from chat.models import Message, MessageKind, MessageRole
 from chat.selectors import turns_between, turns_through
@@ -46,7 +47,6 @@ MEMORY_PREFIX = "Long-term memory:"
 FACT_MAX_CHARS = 200
 #: At most this many turns go into one summary (older ones first).
 SUMMARY_MAX_TURNS = 60
-OFFLINE_MODEL = "offline"
 
 SUMMARY_PROMPT = (
     "You maintain the long-term memory of a conversation between a developer and an "

@@ -29,6 +29,7 @@ from agent.knowledge.rag import rag_answer
 from agent.knowledge.search import SearchResult
 from agent.llm import get_llm
 from agent.llm.base import ChatMessage, LLMProvider, LLMResponse
+from agent.llm.offline import OFFLINE_MODEL
 from agent.loop import AgentCancelled, Iteration, LoopConfig, run_react
 from agent.memory import consolidate, long_term_message, recall, short_term_memory
 from agent.models import AgentRun, RunMode, RunStatus
@@ -61,8 +62,6 @@ CHAT_SYSTEM_PROMPT = (
     "concisely, in the language of the message. Use Markdown; put code in fenced blocks with "
     "their language."
 )
-#: The model name of the offline provider, which speaks only the ReAct protocol.
-OFFLINE_MODEL = "offline"
 
 #: A tool call that ends within this long is recorded in one transaction with its thought and
 #: result; a longer one gets its thought and running action written once this has passed, so
@@ -373,23 +372,12 @@ class RunRecorder:
         assert response is not None
         assert parsed is not None
         assert self.run.trace_id is not None
-        thought = StepCreate(
-            step_type="thought",
-            parent_id=self.goal_id,
+        thought = self._model_call(
+            response,
             name=f"iteration {iteration.index}",
-            status=StepStatus.COMPLETED,
+            started_at=iteration.started_at,
             description=parsed.thought,
-            data={
-                "thought": parsed.thought,
-                "action_raw": response.content,
-                "model": response.model,
-                "finish_reason": response.finish_reason,
-                "prompt_tokens": response.usage.prompt_tokens,
-                "completion_tokens": response.usage.completion_tokens,
-            },
-            tokens=response.usage.total_tokens,
-            duration_ms=response.latency_ms,
-            started_at=datetime.fromtimestamp(iteration.started_at, tz=UTC),
+            data={"thought": parsed.thought, "action_raw": response.content},
         )
         iteration.handles["thought"] = thought.id
         self.transcript.append(
@@ -515,22 +503,36 @@ class RunRecorder:
         """A chat run's model call, as a ``thought`` step."""
         assert self.run.trace_id is not None
         await self.store.add_step(
-            self.run.trace_id,
-            StepCreate(
-                step_type="thought",
-                parent_id=self.goal_id,
-                name="chat",
-                status=StepStatus.COMPLETED,
-                data={
-                    "model": response.model,
-                    "finish_reason": response.finish_reason,
-                    "prompt_tokens": response.usage.prompt_tokens,
-                    "completion_tokens": response.usage.completion_tokens,
-                },
-                tokens=response.usage.total_tokens,
-                duration_ms=response.latency_ms,
-                started_at=datetime.fromtimestamp(started_at, tz=UTC),
-            ),
+            self.run.trace_id, self._model_call(response, name="chat", started_at=started_at)
+        )
+
+    def _model_call(
+        self,
+        response: LLMResponse,
+        *,
+        name: str,
+        started_at: float,
+        description: str = "",
+        data: dict[str, Any] | None = None,
+    ) -> StepCreate:
+        """A model call as a ``thought`` step under the goal: its model, usage and timing
+        (``started_at`` in epoch seconds), and ``data`` besides."""
+        return StepCreate(
+            step_type="thought",
+            parent_id=self.goal_id,
+            name=name,
+            status=StepStatus.COMPLETED,
+            description=description,
+            data={
+                **(data or {}),
+                "model": response.model,
+                "finish_reason": response.finish_reason,
+                "prompt_tokens": response.usage.prompt_tokens,
+                "completion_tokens": response.usage.completion_tokens,
+            },
+            tokens=response.usage.total_tokens,
+            duration_ms=response.latency_ms,
+            started_at=datetime.fromtimestamp(started_at, tz=UTC),
         )
 
     async def retrieved(

@@ -26,13 +26,13 @@ from agent.knowledge.answers import (
 )
 from agent.knowledge.search import SearchResult, search
 from agent.llm import ChatMessage, get_llm
+from agent.llm.offline import OFFLINE_MODEL
 
 logger = structlog.get_logger(__name__)
 
 __all__ = ["RagAnswer", "RagSource", "rag_answer", "rag_messages"]
 
 DEFAULT_TOP_K = 5
-OFFLINE_MODEL = "offline"
 
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]")
 _CITATION = re.compile(r"\[(\d{1,2})\]")

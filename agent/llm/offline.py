@@ -35,6 +35,9 @@ from agent.prompt import final_answer_prompt
 logger = structlog.get_logger(__name__)
 
 OBSERVATION_PREFIX = "Observation:"
+#: The model name runs record for this provider; callers that need free-form text (summaries,
+#: answers from given chunks) check it and write those themselves, extractively.
+OFFLINE_MODEL = "offline"
 EXEC_TIMEOUT_S = 10
 #: Longest piece of tool output quoted in an answer.
 MAX_QUOTE_CHARS = 4000
@@ -55,9 +58,9 @@ _PIECES = re.compile(
 class OfflineProvider:
     """``LLMProvider`` without a model. Accepts (and ignores) the shared LLM ``OPTIONS``."""
 
-    model = "offline"
+    model = OFFLINE_MODEL
 
-    def __init__(self, *, model: str = "offline", **unused: Any) -> None:
+    def __init__(self, *, model: str = OFFLINE_MODEL, **unused: Any) -> None:
         # The options are those of a real provider; none of them applies here, and the model
         # name runs are recorded with stays "offline" whatever LLM_MODEL says.
         del model, unused
