@@ -34,9 +34,9 @@ def run_group(run_id: uuid.UUID | str) -> str:
 class RunEvents:
     """Emits a run's events in ``seq`` order: stored first, broadcast after."""
 
-    def __init__(self, run_id: uuid.UUID, *, last_seq: int = 0) -> None:
+    def __init__(self, run_id: uuid.UUID) -> None:
         self.run_id = run_id
-        self.seq = last_seq
+        self.seq = 0
         self._delta = ""
         self._delta_since = 0.0
 
@@ -95,8 +95,7 @@ class RunEvents:
 @sync_to_async
 def _store_event(row: RunEvent) -> None:
     with transaction.atomic():
-        db.commit_without_flush_wait()
-        db.insert([row])
+        db.run([*db.skip_flush_wait(), *db.insert_statements([row])])
 
 
 async def logged_events(

@@ -6,7 +6,7 @@ cost Django several times what running them costs the database, so they are comp
 SELECTs from a queryset built with placeholder values (``PLACEHOLDER_*``), which ``bind`` swaps
 for the real ones; INSERTs and UPDATEs as plain SQL over the model's own column names, with
 values prepared by the model's fields (``get_db_prep_save``), exactly as the ORM would. The
-same SQL runs on PostgreSQL and SQLite. ``commit_without_flush_wait`` lets such a
+same SQL runs on PostgreSQL and SQLite. ``skip_flush_wait`` lets such a
 transaction commit without waiting for the disk.
 """
 
@@ -207,11 +207,6 @@ def run(statements: Sequence[Statement]) -> list[int]:
         return counts
 
 
-def insert(objs: Sequence[models.Model], *, chunk: int = 200, skip_conflicts: bool = False) -> int:
-    """Store new instances (``insert_statements``) now; returns how many rows were inserted."""
-    return sum(run(insert_statements(objs, chunk=chunk, skip_conflicts=skip_conflicts)))
-
-
 @lru_cache(maxsize=128)
 def _update_sql(vendor: str, model: type[models.Model], names: tuple[str, ...]) -> str:
     qn = _connection().ops.quote_name
@@ -220,29 +215,23 @@ def _update_sql(vendor: str, model: type[models.Model], names: tuple[str, ...]) 
     return f"UPDATE {qn(model._meta.db_table)} SET {sets} WHERE {pk} = %s"  # noqa: S608
 
 
-def update(obj: models.Model, names: Iterable[str]) -> None:
-    """Run ``update_statement`` now."""
-    run([update_statement(obj, names)])
-
-
-def commit_without_flush_wait() -> None:
-    """Let the open transaction commit without waiting for its WAL flush to disk.
+def skip_flush_wait() -> list[Statement]:
+    """The statement that lets the open transaction commit without waiting for its WAL flush
+    to disk, to send first in a ``run`` (or none, when that is off or not PostgreSQL).
 
     For the high-rate writes of a running agent (steps, trace and run events) when
     ``settings.ASYNC_COMMIT_RUN_WRITES`` is on: PostgreSQL's ``synchronous_commit = off`` for
     this transaction only (``SET LOCAL``). A commit then costs a round trip instead of an
     fsync; a crash of the database server can lose the last fraction of a second of such
     writes (never corrupt them), and the next durable commit (a run's end) flushes all of
-    them. A no-op on other databases. Call it inside ``transaction.atomic()``: outside a
-    transaction block ``SET LOCAL`` changes nothing.
+    them. Only inside ``transaction.atomic()``: outside a transaction block ``SET LOCAL``
+    changes nothing.
     """
-    if flush_wait_skippable():
-        with connection.cursor() as cursor:
-            cursor.execute(SKIP_FLUSH_WAIT)
+    return [Statement(SKIP_FLUSH_WAIT, [])] if flush_wait_skippable() else []
 
 
-#: The statement behind ``commit_without_flush_wait``, for callers that send it together with
-#: their first statement (``CompiledSelect.prefixed``) to save a round trip.
+#: The statement behind ``skip_flush_wait``, for callers that send it together with a SELECT
+#: (``CompiledSelect.prefixed``).
 SKIP_FLUSH_WAIT = "SET LOCAL synchronous_commit TO OFF"
 
 

@@ -393,7 +393,7 @@ def _step_query(vendor: str) -> CompiledSelect:
 def _locked_running_trace(trace_id: uuid.UUID, *, skip_flush_wait: bool = False) -> Trace:
     """The trace, locked until the transaction ends; raises unless it is running. With
     ``skip_flush_wait``, the transaction commits without waiting for the disk
-    (``devassist.db.commit_without_flush_wait``, in the same round trip)."""
+    (``devassist.db.skip_flush_wait``, in the same round trip)."""
     query = _lock_query(connection.vendor, skip_flush_wait and db.flush_wait_skippable())
     found = query.instances(Trace, {PLACEHOLDER_TRACE: trace_id})
     trace = found[0] if found else None

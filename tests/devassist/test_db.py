@@ -15,7 +15,6 @@ from devassist.db import (
     PLACEHOLDER_TRACE,
     CompiledSelect,
     bind,
-    commit_without_flush_wait,
 )
 from tests.traces.factories import make_trace
 from traces.models import Step, TraceEvent
@@ -45,7 +44,7 @@ def test_insert_stores_every_field_as_the_orm_reads_it(user):
     trace = make_trace(user)
     step = new_step(trace)
 
-    db.insert([step])
+    db.run(db.insert_statements([step]))
 
     stored = Step.objects.get(pk=step.pk)
     assert step._state.adding is False
@@ -58,7 +57,7 @@ def test_insert_leaves_auto_primary_keys_to_the_database(user):
     trace = make_trace(user)
     events = [TraceEvent(trace=trace, seq=n, event="step_added", payload={"n": n}) for n in (1, 2)]
 
-    db.insert(events)
+    db.run(db.insert_statements(events))
 
     assert list(
         TraceEvent.objects.filter(trace=trace).order_by("seq").values_list("seq", "payload")
@@ -69,7 +68,7 @@ def test_insert_splits_large_batches_into_chunks(user):
     trace = make_trace(user)
     steps = [new_step(trace, id=uuid.uuid4(), seq=n) for n in range(1, 8)]
 
-    db.insert(steps, chunk=3)
+    db.run(db.insert_statements(steps, chunk=3))
 
     assert Step.objects.filter(trace=trace).count() == 7
 
@@ -77,13 +76,13 @@ def test_insert_splits_large_batches_into_chunks(user):
 def test_update_writes_only_the_named_fields(user):
     trace = make_trace(user)
     step = new_step(trace)
-    db.insert([step])
+    db.run(db.insert_statements([step]))
     Step.objects.filter(pk=step.pk).update(name="changed elsewhere")
     step.status = "failed"
     step.data = {"observation": "boom"}
     step.name = "stale"
 
-    db.update(step, ["status", "data"])
+    db.run([db.update_statement(step, ["status", "data"])])
 
     stored = Step.objects.get(pk=step.pk)
     assert (stored.status, stored.data, stored.name) == (
@@ -96,7 +95,7 @@ def test_update_writes_only_the_named_fields(user):
 def test_a_compiled_select_runs_again_with_new_values(user):
     first, second = make_trace(user), make_trace(user)
     steps = [new_step(first), new_step(second, id=uuid.uuid4())]
-    db.insert(steps)
+    db.run(db.insert_statements(steps))
     query = CompiledSelect.of(
         Step.objects.filter(trace_id=PLACEHOLDER_TRACE, pk=PLACEHOLDER_STEP).order_by()
     )
@@ -133,12 +132,12 @@ def test_run_writes_commit_without_waiting_for_the_flush_only_inside_their_trans
             return str(cursor.fetchone()[0])
 
     with transaction.atomic():
-        commit_without_flush_wait()
+        db.run(db.skip_flush_wait())
         assert synchronous_commit() == "off"
     assert synchronous_commit() == "on"
     settings.ASYNC_COMMIT_RUN_WRITES = False
     with transaction.atomic():
-        commit_without_flush_wait()
+        db.run(db.skip_flush_wait())
         assert synchronous_commit() == "on"
 
 
@@ -163,7 +162,7 @@ def test_writes_run_together_in_one_round_trip_and_report_each_row_count(
 def test_a_failing_write_among_several_raises_and_the_transaction_keeps_none(user):
     trace = make_trace(user)
     step = new_step(trace)
-    db.insert([step])
+    db.run(db.insert_statements([step]))
     clash = new_step(trace, id=uuid.uuid4())  # the same seq in the same trace
 
     with pytest.raises(IntegrityError), transaction.atomic():
