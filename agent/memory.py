@@ -36,7 +36,6 @@ from django.db.models import Max
 
 from agent.knowledge.store import query_texts, upsert_texts
 from agent.llm.base import ChatMessage, LLMProvider
-from agent.llm.offline import OFFLINE_MODEL
 from agent.models import MemorySummary
 from chat.models import Message, MessageKind, MessageRole
 from chat.selectors import turns_between, turns_through
@@ -331,7 +330,7 @@ def _store_summary(
 async def summarise(turns: Sequence[Turn], *, llm: LLMProvider, max_facts: int) -> list[str]:
     """At most ``max_facts`` facts from ``turns``: the model's, or extractive with the offline
     provider (or when the model's reply holds no fact line). Raises the model's errors."""
-    if llm.model == OFFLINE_MODEL:
+    if not llm.writes_free_text:
         return extractive_facts(turns, max_facts=max_facts)
     transcript = "\n".join(f"{t.role}: {t.content}" for t in turns)
     response = await llm.complete(

@@ -62,7 +62,6 @@ class AgentRun(models.Model):
     tools = models.JSONField(default=list, blank=True)
     model = models.CharField(max_length=200, blank=True)
     langfuse_trace_id = models.CharField(max_length=64, blank=True)
-    last_seq = models.PositiveIntegerField(default=0)
     cancel_requested_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)

@@ -29,7 +29,6 @@ from agent.knowledge.rag import rag_answer
 from agent.knowledge.search import SearchResult
 from agent.llm import get_llm
 from agent.llm.base import ChatMessage, LLMProvider, LLMResponse
-from agent.llm.offline import OFFLINE_MODEL
 from agent.loop import AgentCancelled, Iteration, LoopConfig, run_react
 from agent.memory import consolidate, long_term_message, recall, short_term_memory
 from agent.models import AgentRun, RunMode, RunStatus
@@ -187,7 +186,7 @@ async def _execute(
         history = await recorder.remember() if run.conversation_id else []
         if run.mode == RunMode.RAG:
             answer = await _answer_from_documents(run, recorder, cancel, collection)
-        elif run.mode == RunMode.CHAT and llm.model != OFFLINE_MODEL:
+        elif run.mode == RunMode.CHAT and llm.writes_free_text:
             answer = await _chat(run, history, llm, recorder, cancel)
         else:
             # The offline provider answers only in the ReAct protocol, and all it can do is
@@ -740,9 +739,6 @@ class RunRecorder:
         try:
             # A tool call cut short (a cancelled run) keeps its thought and action.
             unwritten = await self._settle_started()
-            if unwritten is not None:
-                assert self.run.trace_id is not None
-                await self.store.add_steps(self.run.trace_id, list(unwritten))
             await self.events.flush_delta()
             if self.run.conversation_id is not None:
                 try:
@@ -768,7 +764,9 @@ class RunRecorder:
             goal_changes: dict[str, Any] = {"status": step_status}
             if status == RunStatus.FAILED:
                 goal_changes["error"] = error
-            await self.store.update_step(self.run.trace_id, self.goal_id, goal_changes)
+            await self.store.add_steps(
+                self.run.trace_id, list(unwritten or ()), updates={self.goal_id: goal_changes}
+            )
             await self.store.complete_trace(self.run.trace_id, status=trace_status)
             if error:
                 await self.events.emit("error", code=code or "cancelled", message=error)

@@ -130,6 +130,8 @@ class ScriptedProvider:
     ``settings.LLM = {"BACKEND": "benchmarks.agent_loop.ScriptedProvider"}``.
     """
 
+    writes_free_text = False  # it speaks only the ReAct protocol
+
     def __init__(self, *, tool_calls: int = STREAM_TOOL_CALLS, model: str = "scripted") -> None:
         self.tool_calls = tool_calls
         self.model = model

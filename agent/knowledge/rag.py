@@ -26,7 +26,6 @@ from agent.knowledge.answers import (
 )
 from agent.knowledge.search import SearchResult, search
 from agent.llm import ChatMessage, get_llm
-from agent.llm.offline import OFFLINE_MODEL
 
 logger = structlog.get_logger(__name__)
 
@@ -110,7 +109,7 @@ async def rag_answer(
         for n, c in enumerate(chunks, start=1)
     ]
     llm = get_llm()
-    if not chunks or llm.model == OFFLINE_MODEL:
+    if not chunks or not llm.writes_free_text:
         quoted = sources[: min(len(sources), 3)]
         answer = extractive_answer(
             question=question, results=[c.as_dict() for c in chunks], chinese=chinese

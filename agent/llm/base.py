@@ -64,6 +64,10 @@ class LLMTimeout(ApiError):
 class LLMProvider(Protocol):
     #: The model name runs are recorded with ("offline" for the offline provider).
     model: str
+    #: Whether the model answers any prompt (a summary, an answer from given passages). The
+    #: offline provider speaks only the agent's ReAct protocol: callers write such text
+    #: themselves (extractively) when this is false.
+    writes_free_text: bool
 
     async def complete(
         self,

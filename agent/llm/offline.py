@@ -35,8 +35,7 @@ from agent.prompt import final_answer_prompt
 logger = structlog.get_logger(__name__)
 
 OBSERVATION_PREFIX = "Observation:"
-#: The model name runs record for this provider; callers that need free-form text (summaries,
-#: answers from given chunks) check it and write those themselves, extractively.
+#: The model name runs record for this provider.
 OFFLINE_MODEL = "offline"
 EXEC_TIMEOUT_S = 10
 #: Longest piece of tool output quoted in an answer.
@@ -59,6 +58,7 @@ class OfflineProvider:
     """``LLMProvider`` without a model. Accepts (and ignores) the shared LLM ``OPTIONS``."""
 
     model = OFFLINE_MODEL
+    writes_free_text = False
 
     def __init__(self, *, model: str = OFFLINE_MODEL, **unused: Any) -> None:
         # The options are those of a real provider; none of them applies here, and the model

@@ -44,6 +44,7 @@ class OpenAIProvider(OpenAIEndpoint):
     ``backoff_s`` is the first backoff delay, doubled per retry up to 8 s, with jitter.
     """
 
+    writes_free_text = True
     label = "model endpoint"
     retry_event = "llm_call_retrying"
     failure_event = "llm_call_failed"
