@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
@@ -10,8 +9,9 @@ from typing import Any
 
 from django.db.models import Exists, OuterRef, Q
 
-from agent.models import FINAL_RUN_STATUSES, AgentRun, RunEvent
+from agent.models import FINAL_RUN_STATUSES, AgentRun
 from chat.models import Conversation, Message, MessageKind, MessageRole
+from devassist.cursors import decode_cursor, encode_cursor
 from devassist.errors import BadRequest, NotFound
 
 
@@ -74,18 +74,12 @@ class CursorInvalid(BadRequest):
 
 
 def _encode_cursor(conversation: Conversation) -> str:
-    raw = f"{conversation.updated_at.isoformat()}|{conversation.id}"
-    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+    return encode_cursor(conversation.updated_at, conversation.id)
 
 
 def _decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
     try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-        stamp, _, ident = raw.partition("|")
-        when = datetime.fromisoformat(stamp)
-        if when.tzinfo is None:
-            raise ValueError("naive cursor time")
-        return when, uuid.UUID(ident)
+        return decode_cursor(cursor)
     except ValueError as exc:
         raise CursorInvalid("The cursor is not one this API gave out.") from exc
 
@@ -163,15 +157,6 @@ def display_messages(*, conversation: Conversation) -> list[DisplayMessage]:
             )
         )
     return shown
-
-
-def step_events_for(run_ids: list[uuid.UUID]) -> dict[uuid.UUID, list[dict[str, Any]]]:
-    """The ``step`` events of these runs, per run, in order (one query)."""
-    steps: dict[uuid.UUID, list[dict[str, Any]]] = {run_id: [] for run_id in run_ids}
-    events = RunEvent.objects.filter(run_id__in=run_ids, type="step").order_by("run_id", "seq")
-    for event in events.only("run_id", "payload"):
-        steps[event.run_id].append(event.payload)
-    return steps
 
 
 def active_run_for(*, conversation: Conversation) -> AgentRun | None:

@@ -9,8 +9,6 @@ serialised: a step's ``seq`` is the ``seq`` of its ``step_added`` event, both co
 
 from __future__ import annotations
 
-import base64
-import binascii
 import itertools
 import threading
 import uuid
@@ -32,10 +30,9 @@ from django.db.models import F, Q
 from django.db.models.expressions import Window
 from django.db.models.functions import RowNumber
 from django.utils import timezone
-from django.utils.dateparse import parse_datetime
 from django.utils.module_loading import import_string
 
-from devassist import db
+from devassist import cursors, db
 from devassist.db import (
     PLACEHOLDER_STEP,
     PLACEHOLDER_TRACE,
@@ -265,19 +262,13 @@ def group_name(trace_id: uuid.UUID | str) -> str:
 
 
 def encode_cursor(created_at: datetime, trace_id: uuid.UUID) -> str:
-    raw = f"{created_at.isoformat()}|{trace_id}".encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+    return cursors.encode_cursor(created_at, trace_id)
 
 
 def decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
     try:
-        padded = cursor + "=" * (-len(cursor) % 4)
-        created_raw, _, id_raw = base64.urlsafe_b64decode(padded).decode().partition("|")
-        created_at = parse_datetime(created_raw)
-        if created_at is None:
-            raise ValueError("bad timestamp")
-        return created_at, uuid.UUID(id_raw)
-    except (ValueError, binascii.Error, UnicodeDecodeError) as exc:
+        return cursors.decode_cursor(cursor)
+    except ValueError as exc:
         raise InvalidCursor(
             "Invalid cursor: pass back the next_cursor of a previous page.",
             details={"errors": [{"loc": ["query", "cursor"], "msg": "invalid cursor"}]},
