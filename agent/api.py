@@ -2,35 +2,29 @@
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
+from asgiref.sync import sync_to_async
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from ninja import Field as NinjaField
 from ninja import Query, Router, Schema
 
 from agent.events import follow_run
-from agent.llm.base import LLMTimeout, LLMUnavailable
-from agent.loop import AgentMaxIterations
-from agent.models import AgentRun, RunEvent, RunStatus
-from agent.runs import RunNotFound, run_cancel, run_create, run_get, run_start
+from agent.events import step_events as step_events_sync
+from agent.models import AgentRun
+from agent.runs import run_cancel, run_create, run_get, run_outcome, run_start
 from agent.schemas import AgentIn, AgentOut, RunListOut, RunOut, RunWithStepsOut
 from agent.sse import HEARTBEAT, frame, sse_response
-from devassist.auth import api_user
-from devassist.errors import ApiError, Forbidden
+from devassist.auth import api_user, require_staff
 
 agent_router = Router(tags=["agent"])
 runs_router = Router(tags=["agent"])
 staff_router = Router(tags=["agent"])
 
+
 #: The HTTP status of a failed run, by its stored error code (the errors' own statuses).
-_FAILURE_STATUS = {
-    error.code: error.status for error in (AgentMaxIterations, LLMUnavailable, LLMTimeout)
-}
-
-
 class StreamQuery(Schema):
     stream: bool = False
 
@@ -64,12 +58,7 @@ def run_dict(run: AgentRun) -> dict[str, Any]:
     }
 
 
-async def step_events(run_ids: list[uuid.UUID]) -> dict[uuid.UUID, list[dict[str, Any]]]:
-    steps: dict[uuid.UUID, list[dict[str, Any]]] = {run_id: [] for run_id in run_ids}
-    qs = RunEvent.objects.filter(run_id__in=run_ids, type="step").order_by("run_id", "seq")
-    async for event in qs:
-        steps[event.run_id].append(event.payload)
-    return steps
+step_events = sync_to_async(step_events_sync)
 
 
 async def sse_frames(run_id: uuid.UUID, after_seq: int) -> AsyncIterator[bytes]:
@@ -94,16 +83,7 @@ async def agent(
     task = run_start(run)
     if query.stream:
         return sse_response(sse_frames(run.id, 0))
-    await asyncio.shield(task)
-    run = await AgentRun.objects.aget(pk=run.id)
-    if run.status != RunStatus.COMPLETED:
-        cancelled = run.status == RunStatus.CANCELLED
-        raise ApiError(
-            run.error or f"Run {run.status}.",
-            code="run_cancelled" if cancelled else run.error_code or "internal_error",
-            status=409 if cancelled else _FAILURE_STATUS.get(run.error_code, 500),
-            details={"run_id": str(run.id), "trace_id": str(run.trace_id)},
-        )
+    run = await run_outcome(run, task)
     steps = (await step_events([run.id]))[run.id]
     return {
         "run_id": run.id,
@@ -139,15 +119,10 @@ async def cancel_run(request: HttpRequest, run_id: uuid.UUID) -> dict[str, Any]:
     return run_dict(await AgentRun.objects.aget(pk=run.id))
 
 
-def _staff(request: HttpRequest) -> None:
-    if not api_user(request).is_staff:
-        raise Forbidden("Staff only.")
-
-
 @staff_router.get("", response=RunListOut, url_name="agent_traces")
 async def agent_traces(request: HttpRequest, page: Query[PageQuery]) -> dict[str, Any]:
     """Runs newest first, with their flat steps (staff only)."""
-    _staff(request)
+    require_staff(request)
     window = AgentRun.objects.order_by("-created_at", "-id")[
         page.offset : page.offset + page.limit + 1
     ]
@@ -165,8 +140,5 @@ async def agent_traces(request: HttpRequest, page: Query[PageQuery]) -> dict[str
 
 @staff_router.get("/{run_id}", response=RunWithStepsOut, url_name="agent_trace")
 async def agent_trace(request: HttpRequest, run_id: uuid.UUID) -> dict[str, Any]:
-    _staff(request)
-    run = await AgentRun.objects.filter(pk=run_id).afirst()
-    if run is None:
-        raise RunNotFound(f"Run {run_id} does not exist.")
+    run = await run_get(user=require_staff(request), run_id=run_id)
     return {**run_dict(run), "steps": (await step_events([run.id]))[run.id]}

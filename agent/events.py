@@ -98,6 +98,15 @@ def _store_event(row: RunEvent) -> None:
         db.run([*db.skip_flush_wait(), *db.insert_statements([row])])
 
 
+def step_events(run_ids: list[uuid.UUID]) -> dict[uuid.UUID, list[dict[str, Any]]]:
+    """The ``step`` events of these runs, per run, in order (one query)."""
+    steps: dict[uuid.UUID, list[dict[str, Any]]] = {run_id: [] for run_id in run_ids}
+    events = RunEvent.objects.filter(run_id__in=run_ids, type="step").order_by("run_id", "seq")
+    for event in events.only("run_id", "payload"):
+        steps[event.run_id].append(event.payload)
+    return steps
+
+
 async def logged_events(
     run_id: uuid.UUID, after_seq: int, up_to: int | None = None
 ) -> list[tuple[int, dict[str, Any]]]:

@@ -16,6 +16,7 @@ import time
 import uuid
 from dataclasses import replace
 from datetime import UTC, datetime
+from http import HTTPStatus
 from typing import Any
 
 import orjson
@@ -28,8 +29,8 @@ from agent.events import RunEvents, run_group
 from agent.knowledge.rag import rag_answer
 from agent.knowledge.search import SearchResult
 from agent.llm import get_llm
-from agent.llm.base import ChatMessage, LLMProvider, LLMResponse
-from agent.loop import AgentCancelled, Iteration, LoopConfig, run_react
+from agent.llm.base import ChatMessage, LLMProvider, LLMResponse, LLMTimeout, LLMUnavailable
+from agent.loop import AgentCancelled, AgentMaxIterations, Iteration, LoopConfig, run_react
 from agent.memory import consolidate, long_term_message, recall, short_term_memory
 from agent.models import AgentRun, RunMode, RunStatus
 from agent.tools.registry import ToolContext, ToolNotFound, default_registry
@@ -164,6 +165,35 @@ async def run_cancel(*, run: AgentRun) -> AgentRun:
     else:
         await get_channel_layer().group_send(run_group(run.id), {"type": "run.cancel"})
     return run
+
+
+#: The HTTP status of a run that failed, by its error code (anything else is 500).
+_FAILURE_STATUS = {
+    error.code: error.status for error in (AgentMaxIterations, LLMUnavailable, LLMTimeout)
+}
+
+
+async def run_outcome(run: AgentRun, task: asyncio.Task[None]) -> AgentRun:
+    """Wait for ``task`` (shielded: the run goes on if the caller goes away) and return the
+    finished run. A run that did not complete raises ``ApiError`` with its code (409
+    ``run_cancelled`` when cancelled) and the run, its trace and its conversation in
+    ``details``."""
+    await asyncio.shield(task)
+    run = await AgentRun.objects.aget(pk=run.id)
+    if run.status == RunStatus.COMPLETED:
+        return run
+    cancelled = run.status == RunStatus.CANCELLED
+    details = {"run_id": str(run.id), "trace_id": str(run.trace_id)}
+    if run.conversation_id is not None:
+        details["conversation_id"] = str(run.conversation_id)
+    raise ApiError(
+        run.error or f"Run {run.status}.",
+        code="run_cancelled" if cancelled else run.error_code or "internal_error",
+        status=HTTPStatus.CONFLICT
+        if cancelled
+        else _FAILURE_STATUS.get(run.error_code, HTTPStatus.INTERNAL_SERVER_ERROR),
+        details=details,
+    )
 
 
 async def run_get(*, user: Any, run_id: uuid.UUID) -> AgentRun:

@@ -12,34 +12,28 @@ import asyncio
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from http import HTTPStatus
 from typing import Any
 
 import structlog
 from asgiref.sync import sync_to_async
 from django.conf import settings
 
+from agent.events import step_events
 from agent.knowledge.store import collection_count, open_collection
-from agent.llm.base import LLMTimeout, LLMUnavailable
-from agent.loop import AgentMaxIterations
-from agent.models import AgentRun, RunEvent, RunStatus
-from agent.runs import run_create, run_start
+from agent.models import AgentRun
+from agent.runs import run_create, run_outcome, run_start
 from chat.models import Message, MessageKind, MessageRole
 from chat.routing import Route, choose_route
 from chat.services import NewMessage, conversation_start
-from devassist.errors import ApiError, BadRequest, PayloadTooLarge
+from devassist.errors import BadRequest, PayloadTooLarge
 
 logger = structlog.get_logger(__name__)
 
 #: The longest message a chat turn accepts, in characters (longer ones are 413).
 MESSAGE_MAX_CHARS = 32_000
 
+
 #: The HTTP status of a failed run, by its stored error code.
-_FAILURE_STATUS = {
-    error.code: error.status for error in (AgentMaxIterations, LLMUnavailable, LLMTimeout)
-}
-
-
 class ChatInputInvalid(BadRequest):
     code = "chat_input_invalid"
 
@@ -119,26 +113,8 @@ async def chat_turn_result(*, turn: ChatTurn) -> dict[str, Any]:
     ``{conversation_id, run_id, trace_id, route, model, reply, steps, sources}``. A run that
     did not complete raises ``ApiError`` with its code (409 when cancelled) and the run in
     ``details``."""
-    await asyncio.shield(turn.task)
-    run = await AgentRun.objects.aget(pk=turn.run.id)
-    if run.status != RunStatus.COMPLETED:
-        cancelled = run.status == RunStatus.CANCELLED
-        raise ApiError(
-            run.error or f"Run {run.status}.",
-            code="run_cancelled" if cancelled else run.error_code or "internal_error",
-            status=HTTPStatus.CONFLICT
-            if cancelled
-            else _FAILURE_STATUS.get(run.error_code, HTTPStatus.INTERNAL_SERVER_ERROR),
-            details={
-                "run_id": str(run.id),
-                "trace_id": str(run.trace_id),
-                "conversation_id": str(run.conversation_id),
-            },
-        )
-    steps = [
-        event.payload
-        async for event in RunEvent.objects.filter(run=run, type="step").order_by("seq")
-    ]
+    run = await run_outcome(turn.run, turn.task)
+    steps = (await sync_to_async(step_events)([run.id]))[run.id]
     answer = await Message.objects.filter(
         run=run, role=MessageRole.ASSISTANT, kind=MessageKind.TURN
     ).afirst()

@@ -13,6 +13,7 @@ from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 from django_htmx.middleware import HtmxDetails
 
+from agent.events import step_events
 from agent.knowledge.answers import strip_sources_block
 from agent.llm import get_llm
 from chat.markdown import render_markdown
@@ -26,7 +27,6 @@ from chat.selectors import (
     conversation_list_for,
     display_messages,
     run_answer_for,
-    step_events_for,
 )
 from chat.services import conversation_delete, conversation_rename
 
@@ -93,7 +93,7 @@ def chat_page(request: HtmxHttpRequest, conversation_id: uuid.UUID | None = None
     active = None
     if conversation is not None:
         messages = display_messages(conversation=conversation)
-        steps = step_events_for([m.run_id for m in messages if m.run_id])
+        steps = step_events([m.run_id for m in messages if m.run_id])
         for message in messages:
             turn: dict[str, Any] = {"message": message}
             run_steps = steps.get(message.run_id, []) if message.run_id else []

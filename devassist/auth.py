@@ -8,6 +8,7 @@ from django.contrib.auth.models import User
 from django.http import HttpRequest
 from ninja.security import HttpBearer, SessionAuth
 
+from devassist.errors import Forbidden
 from devassist.services import api_token_authenticate
 
 
@@ -28,3 +29,11 @@ api_auth = [ApiTokenAuth(), SessionAuth(csrf=True)]
 def api_user(request: HttpRequest) -> User:
     """The user an API request authenticated as (every operation requires one)."""
     return cast(User, getattr(request, "auth"))  # noqa: B009 - set by django-ninja at run time
+
+
+def require_staff(request: HttpRequest, message: str = "Staff only.") -> User:
+    """The request's user, who must be staff; raises ``Forbidden`` (403) otherwise."""
+    user = api_user(request)
+    if not user.is_staff:
+        raise Forbidden(message)
+    return user

@@ -18,15 +18,10 @@ from ninja.files import UploadedFile
 from agent.knowledge.collections import collection_list, collection_remove
 from agent.knowledge.ingest import SourceFile, document_delete, ingest_files
 from agent.knowledge.schemas import CollectionOut, IngestOut
-from devassist.auth import api_user
-from devassist.errors import BadRequest, Forbidden, PayloadTooLarge
+from devassist.auth import require_staff
+from devassist.errors import BadRequest, PayloadTooLarge
 
 router = Router(tags=["knowledge"])
-
-
-def _require_staff(request: HttpRequest) -> None:
-    if not api_user(request).is_staff:
-        raise Forbidden("Only staff can change collections.")
 
 
 @router.get("", response=list[CollectionOut], url_name="list_collections")
@@ -43,7 +38,7 @@ async def upload_documents(
     """Ingest the uploaded files (multipart field ``files``, one or more) into collection
     ``name``, created if needed; a file with the name of a document already there replaces
     it. Staff only; over ``KNOWLEDGE_UPLOAD_MAX_BYTES`` in total → 413."""
-    _require_staff(request)
+    require_staff(request, "Only staff can change collections.")
     limit = settings.KNOWLEDGE_UPLOAD_MAX_BYTES
     total = sum(upload.size or 0 for upload in files)
     if total > limit:
@@ -63,7 +58,7 @@ async def upload_documents(
 @router.delete("/{name}", response={204: None}, url_name="delete_collection")
 async def delete_collection(request: HttpRequest, name: str) -> HttpResponse:
     """Delete collection ``name`` with all its documents. Staff only."""
-    _require_staff(request)
+    require_staff(request, "Only staff can change collections.")
     await sync_to_async(collection_remove, thread_sensitive=False)(name=name)
     return HttpResponse(status=204)
 
@@ -72,6 +67,6 @@ async def delete_collection(request: HttpRequest, name: str) -> HttpResponse:
 async def delete_document(request: HttpRequest, name: str, source: str) -> HttpResponse:
     """Delete document ``source`` (e.g. ``docs/tools.md``) from collection ``name``. Staff
     only."""
-    _require_staff(request)
+    require_staff(request, "Only staff can change collections.")
     await sync_to_async(document_delete, thread_sensitive=False)(collection=name, source=source)
     return HttpResponse(status=204)
