@@ -19,8 +19,8 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 
 from agent.events import step_events
-from agent.knowledge.store import collection_count, open_collection
-from agent.models import AgentRun
+from agent.knowledge.store import collection_has_chunks, open_collection
+from agent.models import AgentRun, RunMode
 from agent.runs import run_create, run_outcome, run_start
 from chat.models import Message, MessageKind, MessageRole
 from chat.routing import Route, choose_route
@@ -51,17 +51,6 @@ class ChatTurn:
     task: asyncio.Task[None]
 
 
-async def documents_exist(collection: str | None) -> bool:
-    """Whether the collection (default ``KNOWLEDGE_DEFAULT_COLLECTION``) holds any chunk; a
-    store that cannot be read counts as empty."""
-    name = collection or settings.KNOWLEDGE_DEFAULT_COLLECTION
-    try:
-        return await sync_to_async(collection_count, thread_sensitive=False)(name) > 0
-    except Exception as exc:
-        logger.warning("chat_collection_unreadable", collection=name, error=str(exc))
-        return False
-
-
 async def chat_turn_start(
     *,
     user: Any,
@@ -87,11 +76,19 @@ async def chat_turn_start(
             f"The message is longer than {MESSAGE_MAX_CHARS} characters.",
             details={"max_chars": MESSAGE_MAX_CHARS, "chars": len(message)},
         )
-    explicit = bool(use_agent) or bool(use_rag) or (use_agent is False and use_rag is False)
-    documents = False if explicit else await documents_exist(collection)
     route = choose_route(
-        message=message, use_agent=use_agent, use_rag=use_rag, documents_exist=documents
+        message=message, use_agent=use_agent, use_rag=use_rag, documents_exist=True
     )
+    # Only a question routed to RAG by the heuristic depends on documents: look only then.
+    name = collection or settings.KNOWLEDGE_DEFAULT_COLLECTION
+    if (
+        route.mode == RunMode.RAG
+        and route.reason == "heuristic"
+        and not await sync_to_async(collection_has_chunks, thread_sensitive=False)(name)
+    ):
+        route = choose_route(
+            message=message, use_agent=use_agent, use_rag=use_rag, documents_exist=False
+        )
     if route.rag and collection:
         await sync_to_async(open_collection, thread_sensitive=False)(collection)
     if conversation_id is None:

@@ -252,6 +252,16 @@ def collection_count(name: str) -> int:
         return 0
 
 
+def collection_has_chunks(name: str) -> bool:
+    """Whether collection ``name`` holds anything to search; a store that cannot be read (or
+    a collection of other embeddings) counts as empty, and is logged."""
+    try:
+        return collection_count(name) > 0
+    except Exception as exc:
+        logger.warning("collection_unreadable", collection=name, error=str(exc))
+        return False
+
+
 def upsert_texts(
     collection: str,
     *,

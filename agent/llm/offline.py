@@ -79,8 +79,7 @@ class OfflineProvider:
         ``asyncio.CancelledError`` when ``cancel`` is already set."""
         started = time.monotonic()
         _raise_if_cancelled(cancel)
-        documents = await _documents_searchable(messages)
-        content = _cut_at_stop(reply_for(messages, documents=documents), stop)
+        content = _cut_at_stop(await _reply(messages), stop)
         return LLMResponse(
             content=content,
             model=self.model,
@@ -184,22 +183,22 @@ def _task_and_observation(messages: Sequence[ChatMessage]) -> tuple[str, Any | N
     return task, observation
 
 
-async def _documents_searchable(messages: Sequence[ChatMessage]) -> bool:
-    """Whether the run offers ``search_docs`` (its system prompt lists it) and the default
-    collection holds chunks. A store that cannot be read counts as no documents."""
-    if not any(m["role"] == "system" and _SEARCH_TOOL_LINE.search(m["content"]) for m in messages):
-        return False
-    # Imported here: chromadb takes seconds to import, and most runs never get this far.
-    from agent.knowledge.store import collection_count
+async def _reply(messages: Sequence[ChatMessage]) -> str:
+    """``reply_for``, with ``documents`` looked up only when the reply depends on them (a new
+    task without code, in a run that offers ``search_docs``)."""
+    task, observation = _task_and_observation(messages)
+    offers_search = any(
+        m["role"] == "system" and _SEARCH_TOOL_LINE.search(m["content"]) for m in messages
+    )
+    documents = False
+    if offers_search and observation is None and not extract_code(task) and task.strip():
+        # Imported here: chromadb takes seconds to import, and most runs never get this far.
+        from agent.knowledge.store import collection_has_chunks
 
-    try:
-        count = await sync_to_async(collection_count, thread_sensitive=False)(
+        documents = await sync_to_async(collection_has_chunks, thread_sensitive=False)(
             settings.KNOWLEDGE_DEFAULT_COLLECTION
         )
-    except Exception as exc:
-        logger.warning("offline_documents_check_failed", error=str(exc))
-        return False
-    return count > 0
+    return reply_for(messages, documents=documents)
 
 
 def _answer_from(observation: Any, *, question: str, chinese: bool) -> tuple[str, str]:
