@@ -29,7 +29,14 @@ from devassist.responses import json_bytes
 from traces.access import can_view
 from traces.models import Step, StepStatus, StepType, Trace, TraceMode, TraceStatus
 from traces.projections import step_from_values, step_values, trace_dict
-from traces.store import InvalidCursor, TracePage, decode_cursor, encode_cursor
+from traces.store import (
+    InvalidCursor,
+    TracePage,
+    after_cursor,
+    decode_cursor,
+    trace_page,
+    traces_filtered,
+)
 
 #: Children shown per window ("show N more" loads the next one).
 WINDOW = 50
@@ -161,27 +168,18 @@ def trace_list(*, viewer: Any, filters: TraceFilters, limit: int = TRACE_PAGE_SI
     qs: QuerySet[Trace] = Trace.objects.visible_to(viewer).select_related("user").newest_first()
     if filters.user:
         qs = qs.filter(user__username=filters.user)
-    if filters.mode:
-        qs = qs.filter(mode=filters.mode)
-    if filters.status:
-        qs = qs.filter(status=filters.status)
-    if filters.agent_type:
-        qs = qs.filter(agent_type=filters.agent_type)
-    if filters.q:
-        qs = qs.filter(task__icontains=filters.q)
+    qs = traces_filtered(
+        qs,
+        mode=filters.mode,
+        status=filters.status,
+        agent_type=filters.agent_type,
+        q=filters.q,
+    )
     if filters.since:
         qs = qs.filter(created_at__gte=_day_start(filters.since))
     if filters.until:
         qs = qs.filter(created_at__lt=_day_start(filters.until) + timedelta(days=1))
-    if filters.cursor:
-        created_at, last_id = decode_cursor(filters.cursor)
-        qs = qs.filter(Q(created_at__lt=created_at) | Q(created_at=created_at, id__lt=last_id))
-    rows = list(qs[: limit + 1])
-    next_cursor = None
-    if len(rows) > limit:
-        rows = rows[:limit]
-        next_cursor = encode_cursor(rows[-1].created_at, rows[-1].id)
-    return TracePage(traces=rows, next_cursor=next_cursor)
+    return trace_page(list(after_cursor(qs, filters.cursor)[: limit + 1]), limit)
 
 
 # --- one trace ----------------------------------------------------------------------------------
@@ -442,7 +440,6 @@ def _path_view(trace: Trace, target: dict[str, Any]) -> TreeView:
 
 @dataclass(frozen=True)
 class ChildWindow:
-    parent: dict[str, Any] | None
     children: list[dict[str, Any]]
     next_offset: int | None
     prev_offset: int | None
@@ -454,16 +451,18 @@ def child_window(*, trace: Trace, parent_id: uuid.UUID | None, offset: int) -> C
     ``Http404`` for a step that is not in the trace."""
     if parent_id is None:
         total = trace.root_count
-        parent = None
     else:
-        parent = step_values(Step.objects.filter(trace_id=trace.id, pk=parent_id)).first()
-        if parent is None:
+        count = (
+            Step.objects.filter(trace_id=trace.id, pk=parent_id)
+            .values_list("children_count", flat=True)
+            .first()
+        )
+        if count is None:
             raise Http404("No such step.")
-        total = parent["children_count"]
+        total = count
     children, nxt, prev = _window(trace, parent_id, offset, total)
     _mark_repeats(trace, children)
     return ChildWindow(
-        parent=step_from_values(parent) if parent else None,
         children=children,
         next_offset=nxt,
         prev_offset=prev,

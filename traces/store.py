@@ -26,7 +26,7 @@ from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
 from django.db import connection, models, transaction
-from django.db.models import F, Q
+from django.db.models import F, Q, QuerySet
 from django.db.models.expressions import Window
 from django.db.models.functions import RowNumber
 from django.utils import timezone
@@ -273,6 +273,43 @@ def decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
             "Invalid cursor: pass back the next_cursor of a previous page.",
             details={"errors": [{"loc": ["query", "cursor"], "msg": "invalid cursor"}]},
         ) from exc
+
+
+def traces_filtered(
+    qs: QuerySet[Trace],
+    *,
+    mode: str | None = None,
+    status: str | None = None,
+    agent_type: str | None = None,
+    q: str | None = None,
+) -> QuerySet[Trace]:
+    """``qs`` narrowed by the list filters the API and the trace browser share."""
+    if mode:
+        qs = qs.filter(mode=mode)
+    if status:
+        qs = qs.filter(status=status)
+    if agent_type:
+        qs = qs.filter(agent_type=agent_type)
+    if q:
+        qs = qs.filter(task__icontains=q)
+    return qs
+
+
+def after_cursor(qs: QuerySet[Trace], cursor: str | None) -> QuerySet[Trace]:
+    """The traces of a newest-first ``qs`` that come after ``cursor``. Raises
+    ``InvalidCursor``."""
+    if not cursor:
+        return qs
+    created_at, last_id = decode_cursor(cursor)
+    return qs.filter(Q(created_at__lt=created_at) | Q(created_at=created_at, id__lt=last_id))
+
+
+def trace_page(rows: list[Trace], limit: int) -> TracePage:
+    """A page from up to ``limit + 1`` rows: the extra one says that a next page exists."""
+    if len(rows) <= limit:
+        return TracePage(traces=rows, next_cursor=None)
+    rows = rows[:limit]
+    return TracePage(traces=rows, next_cursor=encode_cursor(rows[-1].created_at, rows[-1].id))
 
 
 def _is_error(status: str, error: str) -> bool:
@@ -534,26 +571,12 @@ class OrmTraceStore:
         cursor: str | None = None,
     ) -> TracePage:
         """Newest first; ``user=None`` lists everyone's traces."""
-        qs = Trace.objects.select_related("user").newest_first()
+        qs: QuerySet[Trace] = Trace.objects.select_related("user").newest_first()
         if user is not None:
             qs = qs.filter(user=user)
-        if mode:
-            qs = qs.filter(mode=mode)
-        if status:
-            qs = qs.filter(status=status)
-        if agent_type:
-            qs = qs.filter(agent_type=agent_type)
-        if q:
-            qs = qs.filter(task__icontains=q)
-        if cursor:
-            created_at, last_id = decode_cursor(cursor)
-            qs = qs.filter(Q(created_at__lt=created_at) | Q(created_at=created_at, id__lt=last_id))
-        rows = [trace async for trace in qs[: limit + 1]]
-        next_cursor = None
-        if len(rows) > limit:
-            rows = rows[:limit]
-            next_cursor = encode_cursor(rows[-1].created_at, rows[-1].id)
-        return TracePage(traces=rows, next_cursor=next_cursor)
+        qs = traces_filtered(qs, mode=mode, status=status, agent_type=agent_type, q=q)
+        rows = [trace async for trace in after_cursor(qs, cursor)[: limit + 1]]
+        return trace_page(rows, limit)
 
     async def complete_trace(
         self,
