@@ -11,7 +11,6 @@ from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadReque
 from django.shortcuts import render
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseClientRedirect
-from django_htmx.middleware import HtmxDetails
 
 from agent.events import step_events
 from agent.knowledge.answers import strip_sources_block
@@ -29,6 +28,7 @@ from chat.selectors import (
     run_answer_for,
 )
 from chat.services import conversation_delete, conversation_rename
+from devassist.htmx import HtmxHttpRequest
 
 
 def _own_conversation(request: HttpRequest, conversation_id: uuid.UUID) -> Conversation:
@@ -39,10 +39,6 @@ def _own_conversation(request: HttpRequest, conversation_id: uuid.UUID) -> Conve
 
 
 ROUTE_LABELS = {"agent": "Agent", "rag": "RAG", "chat": "Chat"}
-
-
-class HtmxHttpRequest(HttpRequest):
-    htmx: HtmxDetails
 
 
 def step_view(step: dict[str, Any]) -> dict[str, Any]:

@@ -9,9 +9,10 @@ from django.views.decorators.http import require_GET
 from django.views.defaults import page_not_found
 from django.views.defaults import server_error as django_server_error
 
-from chat.views import HtmxHttpRequest, chat_page
+from chat.views import chat_page
 from devassist.envelope import error_response, is_api_path
 from devassist.health import health_report
+from devassist.htmx import HtmxHttpRequest
 
 
 @login_not_required

@@ -99,8 +99,6 @@ def _no_sandbox_container_outlives_the_session() -> Iterator[None]:
     """Whatever ran, once the session ends no labelled sandbox container may remain."""
     yield
     from sandbox.backends.docker import LABEL, close_all
-    from sandbox.engine import docker_client
-    from sandbox.health import docker_status
 
     close_all()
     if not docker_status()["ok"]:

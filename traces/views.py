@@ -6,21 +6,13 @@ from __future__ import annotations
 
 import uuid
 
-from django.contrib.auth.models import User
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.http import Http404, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
-from django_htmx.middleware import HtmxDetails
 
+from devassist.htmx import HtmxHttpRequest
 from traces import selectors
 from traces.selectors import parse_offset, parse_step_id
-
-
-class HtmxHttpRequest(HttpRequest):
-    """A signed-in request that went through ``HtmxMiddleware`` (every page needs a login)."""
-
-    htmx: HtmxDetails
-    user: User
 
 
 @require_GET
