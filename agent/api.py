@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator
-from typing import Any
+from dataclasses import asdict
+from typing import Any, Literal
 
 from asgiref.sync import sync_to_async
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
@@ -13,6 +14,7 @@ from ninja import Query, Router, Schema
 
 from agent.events import follow_run
 from agent.events import step_events as step_events_sync
+from agent.langfuse import langfuse_link, run_get_for_langfuse
 from agent.models import AgentRun
 from agent.runs import run_cancel, run_create, run_get, run_outcome, run_start
 from agent.schemas import AgentIn, AgentOut, RunListOut, RunOut, RunWithStepsOut
@@ -36,6 +38,13 @@ class EventsQuery(Schema):
 class PageQuery(Schema):
     limit: int = NinjaField(20, ge=1, le=100)
     offset: int = NinjaField(0, ge=0)
+
+
+class LangfuseLinkOut(Schema):
+    run_id: uuid.UUID
+    available: bool
+    url: str | None = None
+    reason: Literal["trace_not_available", "langfuse_unavailable"] | None = None
 
 
 def run_dict(run: AgentRun) -> dict[str, Any]:
@@ -117,6 +126,15 @@ async def cancel_run(request: HttpRequest, run_id: uuid.UUID) -> dict[str, Any]:
     run = await run_get(user=api_user(request), run_id=run_id)
     await run_cancel(run=run)
     return run_dict(await AgentRun.objects.aget(pk=run.id))
+
+
+@runs_router.get(
+    "/{run_id}/langfuse", response=LangfuseLinkOut, url_name="run_langfuse", exclude_none=True
+)
+async def run_langfuse(request: HttpRequest, run_id: uuid.UUID) -> dict[str, Any]:
+    """The Langfuse URL of one of your runs (superusers only), or why there is none."""
+    run = await run_get_for_langfuse(user=api_user(request), run_id=run_id)
+    return asdict(await sync_to_async(langfuse_link, thread_sensitive=False)(run=run))
 
 
 @staff_router.get("", response=RunListOut, url_name="agent_traces")

@@ -249,6 +249,11 @@ MEMORY = {
     "collection": "agent_memory",
 }
 
+# Langfuse (agent/langfuse.py): runs are exported as traces when both keys are set.
+LANGFUSE_PUBLIC_KEY = env_str("LANGFUSE_PUBLIC_KEY")
+LANGFUSE_SECRET_KEY = env_str("LANGFUSE_SECRET_KEY")
+LANGFUSE_BASE_URL = env_str("LANGFUSE_BASE_URL", "https://cloud.langfuse.com")
+
 LOG_FORMAT = env_str("LOG_FORMAT", "console" if DEBUG else "json")
 LOG_LEVEL = env_str("LOG_LEVEL", "INFO")
 
