@@ -28,6 +28,7 @@ from django.utils import timezone
 from agent.events import RunEvents, run_group
 from agent.knowledge.rag import rag_answer
 from agent.knowledge.search import SearchResult
+from agent.langfuse import langfuse_run_finished, langfuse_run_started
 from agent.llm import get_llm
 from agent.llm.base import ChatMessage, LLMProvider, LLMResponse, LLMTimeout, LLMUnavailable
 from agent.loop import AgentCancelled, AgentMaxIterations, Iteration, LoopConfig, run_react
@@ -208,7 +209,7 @@ async def _execute(
 ) -> None:
     events = RunEvents(run.id)
     watcher = asyncio.create_task(_watch_for_cancel(run.id, cancel))
-    llm = get_llm()
+    llm = await langfuse_run_started(run=run, llm=get_llm())
     recorder = RunRecorder(run, events)
     structlog.contextvars.bind_contextvars(run_id=str(run.id), trace_id=str(run.trace_id))
     try:
@@ -803,3 +804,4 @@ class RunRecorder:
             await self.events.emit("done", run_id=str(self.run.id), status=status)
         except Exception:
             logger.exception("agent_run_finish_failed")
+        await langfuse_run_finished(run=self.run, status=status, output=output, error=error)
