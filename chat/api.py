@@ -13,6 +13,7 @@ from ninja import Query, Router, Schema
 
 from agent.api import sse_frames
 from agent.sse import sse_response
+from chat.debug import conversation_debug, debug_view_json
 from chat.runs import chat_turn_result, chat_turn_start
 from chat.schemas import (
     ChatIn,
@@ -82,6 +83,16 @@ def get_conversation(request: HttpRequest, conversation_id: uuid.UUID) -> dict[s
     conversation = conversation_get_for(user=api_user(request), conversation_id=conversation_id)
     messages = [asdict(m) for m in display_messages(conversation=conversation)]
     return {**ConversationOut.from_orm(conversation).dict(), "messages": messages}
+
+
+@router.get("/conversations/{conversation_id}/debug", url_name="conversation_debug")
+def debug_conversation(request: HttpRequest, conversation_id: uuid.UUID) -> dict[str, Any]:
+    """Superusers only (403 otherwise): the debug panel's data for one of your conversations
+    (404 for anyone else's, as for a missing one): every stored message, the live rows of a
+    run in progress and the queued requests, with the runs' model and tool calls, grouped by
+    run. The fields are described in ``chat.debug`` and docs/debug-panel.md."""
+    view = conversation_debug(user=api_user(request), conversation_id=conversation_id)
+    return debug_view_json(view)
 
 
 @router.patch(
