@@ -338,9 +338,10 @@ class _Merge:
     """One merge: slots keyed by identity, filled source by source."""
 
     def __init__(self, runs: Iterable[AgentRun]) -> None:
-        self.runs: dict[uuid.UUID, AgentRun] = {}
-        for run in runs:
-            self.runs[run.id] = run
+        #: The runs oldest first (the order requests claim their keys in).
+        self.runs: dict[uuid.UUID, AgentRun] = {
+            run.id: run for run in sorted(runs, key=lambda run: (run.created_at, str(run.id)))
+        }
         self.run_of_trace = {run.trace_id: run.id for run in self.runs.values() if run.trace_id}
         self.slots: dict[str, _Slot] = {}
         self.steps: dict[uuid.UUID, Step] = {}
@@ -410,7 +411,7 @@ class _Merge:
             slot: _Slot | None = None
             if message.role == MessageRole.USER and message.kind == MessageKind.TURN:
                 key = (
-                    self._request_key(message.request_id, run_id, message=message.id)
+                    self._request_key(message.request_id, run_id, message.id)
                     or f"message:{message.id}"
                 )
                 slot = self.slot(key, _USER, run_id)
@@ -432,27 +433,25 @@ class _Merge:
                 self.answered.add(run_id)
 
     def _request_key(
-        self, request_id: str, run_id: uuid.UUID | None, *, message: uuid.UUID | None = None
+        self, request_id: str, run_id: uuid.UUID | None, message: uuid.UUID | None = None
     ) -> str | None:
-        """The key of a user's request, or None when it may not have one (see the module
-        docstring): the first comer claims it, and only the same request shares it."""
+        """The key of a user's request: ``request:<request_id>``, else ``request:run:<run_id>``,
+        the first of them no other request holds (a request is its run and its one stored
+        message); None when neither is free."""
+        candidates = []
         if request_id:
-            key = f"request:{request_id}"
-        elif run_id is not None:
-            key = f"request:run:{run_id}"
-        else:
-            return None
-        claim = self.claims.get(key)
-        if claim is None:
-            self.claims[key] = (run_id, message)
+            candidates.append(f"request:{request_id}")
+        if run_id is not None:
+            candidates.append(f"request:run:{run_id}")
+        for key in candidates:
+            claimed_run, claimed_message = self.claims.get(key, (None, None))
+            if claimed_run is not None and run_id is not None and claimed_run != run_id:
+                continue
+            if claimed_message is not None and message is not None and claimed_message != message:
+                continue
+            self.claims[key] = (claimed_run or run_id, claimed_message or message)
             return key
-        claimed_run, claimed_message = claim
-        if claimed_run is not None and run_id is not None and claimed_run != run_id:
-            return None
-        if claimed_message is not None and message is not None and claimed_message != message:
-            return None
-        self.claims[key] = (claimed_run or run_id, claimed_message or message)
-        return key
+        return None
 
     def add_events(self, events: Iterable[RunEvent]) -> None:
         for event in events:
@@ -494,8 +493,9 @@ class _Merge:
         the runs' stored errors."""
         for run in self.runs.values():
             if run.status == RunStatus.QUEUED:
-                key = self._request_key(run.request_id, run.id) or f"request:run:{run.id}"
-                self.slot(key, _USER, run.id).request = run
+                key = self._request_key(run.request_id, run.id)
+                if key is not None:
+                    self.slot(key, _USER, run.id).request = run
             if run.error:
                 self.slot(f"error:{run.id}", _ERROR, run.id).run = run
 
@@ -581,10 +581,7 @@ class _Merge:
         inserts: dict[int, list[_Slot]] = {}
         trailing: list[_Slot] = []
         next_placed: int | None = None
-        newest_first = sorted(
-            self.runs.values(), key=lambda run: (run.created_at, str(run.id)), reverse=True
-        )
-        for run in newest_first:
+        for run in reversed(self.runs.values()):
             if run.id in first_index:
                 next_placed = first_index[run.id]
             elif run.id in blocks:

@@ -429,16 +429,21 @@ def test_entries_are_never_deduplicated_by_position_or_content():
     assert len({e.key for e in entries(view)}) == 4
 
 
-def test_two_user_messages_sharing_a_request_id_stay_two_entries():
+def test_requests_sharing_a_request_id_stay_apart():
     c = Conversation()
     first, second = c.run("reused"), c.run("reused")
     c.ask(first)
     c.ask(second)
+    third = c.run("reused", status="queued")
+    c.message("user", "a message without a run", request_id="reused")
     view = c.view()
     assert [e.key for e in entries(view)] == [
         "request:reused",
-        f"message:{c.messages[1].id}",
+        f"request:run:{second.id}",
+        f"message:{c.messages[2].id}",
+        f"request:run:{third.id}",
     ]
+    assert [e.status for e in entries(view)] == ["completed", "completed", "completed", "queued"]
 
 
 def test_a_model_call_and_a_tool_call_sharing_an_operation_id_stay_two_entries():
