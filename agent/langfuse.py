@@ -185,11 +185,16 @@ async def langfuse_run_started(*, run: AgentRun, llm: LLMProvider) -> LLMProvide
     """Call as ``run`` starts, before its model is called; returns the provider the run must
     use. With Langfuse off: ``llm`` itself, and nothing is stored. On: the run's trace id is
     stored in ``AgentRun.langfuse_trace_id`` (and set on ``run``), and an ``ObservedLLM``
-    around ``llm`` is returned."""
+    around ``llm`` is returned. Never raises: a run whose trace id could not be stored goes on
+    unobserved."""
     if not langfuse_enabled():
         return llm
     trace_id = langfuse_trace_id(run_id=run.id)
-    await AgentRun.objects.filter(pk=run.id).aupdate(langfuse_trace_id=trace_id)
+    try:
+        await AgentRun.objects.filter(pk=run.id).aupdate(langfuse_trace_id=trace_id)
+    except Exception:
+        logger.exception("langfuse_trace_id_not_stored", run_id=str(run.id))
+        return llm
     run.langfuse_trace_id = trace_id
     observation = _Observation(
         trace_id=trace_id, started_ns=time.time_ns(), started=time.monotonic()

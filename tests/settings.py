@@ -30,6 +30,9 @@ for name in (
     "EMBEDDINGS_DIMENSIONS",
     "EMBEDDINGS_DEVICE",
     "EMBEDDINGS_ALLOW_DOWNLOAD",
+    "LANGFUSE_PUBLIC_KEY",
+    "LANGFUSE_SECRET_KEY",
+    "LANGFUSE_BASE_URL",
 ):
     os.environ.pop(name, None)
 # Chroma and the BM25 indexes never touch the repository's var/.
