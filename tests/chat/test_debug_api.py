@@ -1,0 +1,336 @@
+"""GET /api/conversations/{id}/debug over real HTTP: who may read it, what a real run recorded
+with the scripted model looks like in it (live and finished), and its constant query count."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from datetime import timedelta
+from http import HTTPStatus
+from typing import Any
+
+import pytest
+from asgiref.sync import sync_to_async
+from django.test import Client
+from django.urls import reverse
+from django.utils import timezone
+
+from agent.models import AgentRun, RunEvent
+from agent.runs import run_create
+from chat.debug import conversation_debug
+from chat.models import Conversation, Message
+from chat.runs import chat_turn_start
+from chat.services import NewMessage, conversation_start, messages_append
+from tests.agent.test_agent_api import assert_error, post
+from tests.chat.conftest import asgi_client, bearer
+from tests.conftest import token_client
+from traces.models import Step, Trace
+
+SEARCH = 'Thought: I will look it up.\nAction: tool:search_docs\nargs: {"query": "memory limit"}'
+FINAL = "Thought: found it\nAction: final: Set SANDBOX_MEMORY_MB."
+
+
+@pytest.fixture
+def superuser(django_user_model: Any) -> Any:
+    return django_user_model.objects.create_superuser(username="root", password="pw-root-123")
+
+
+@pytest.fixture
+def other_superuser(django_user_model: Any) -> Any:
+    return django_user_model.objects.create_superuser(username="toor", password="pw-toor-123")
+
+
+def debug_url(conversation_id: Any) -> str:
+    return reverse("api:conversation_debug", args=[conversation_id])
+
+
+# --- who may read it ------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_a_user_who_is_not_a_superuser_gets_403(user, staff_user):
+    conversation = conversation_start(owner=user, history=[NewMessage(role="user", content="hi")])
+    assert_error(
+        token_client(user).get(debug_url(conversation.id)),
+        HTTPStatus.FORBIDDEN,
+        "superuser_required",
+    )
+    session = Client()
+    session.force_login(user)
+    assert_error(
+        session.get(debug_url(conversation.id)), HTTPStatus.FORBIDDEN, "superuser_required"
+    )
+    staff = conversation_start(owner=staff_user)
+    assert_error(
+        token_client(staff_user).get(debug_url(staff.id)),
+        HTTPStatus.FORBIDDEN,
+        "superuser_required",
+    )
+
+
+@pytest.mark.django_db
+def test_an_anonymous_request_gets_401():
+    response = Client().get(debug_url(uuid.uuid4()))
+    assert response.status_code == HTTPStatus.UNAUTHORIZED
+
+
+@pytest.mark.django_db
+def test_another_superusers_conversation_is_404_like_a_missing_one(
+    superuser, other_superuser, scripted
+):
+    scripted.script(["Hello."])
+    theirs = post(token_client(other_superuser), "/chat", {"message": "hi", "use_agent": False})
+    conversation_id = theirs.json()["conversation_id"]
+    api = token_client(superuser)
+    foreign = api.get(debug_url(conversation_id))
+    missing = api.get(debug_url(uuid.uuid4()))
+    for response in (foreign, missing):
+        body = assert_error(response, HTTPStatus.NOT_FOUND, "conversation_not_found")
+        assert "trace" not in response.content.decode().lower()
+        assert body["error"] == {
+            "code": "conversation_not_found",
+            "message": "Conversation not found.",
+            "details": {},
+        }
+    assert set(foreign.json()) == set(missing.json()) == {"error", "request_id"}
+
+
+# --- a real run -----------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_a_recorded_agent_run_reads_as_its_messages_with_its_calls(superuser, scripted, guide):
+    scripted.script([SEARCH, FINAL])
+    api = token_client(superuser)
+    answer = post(
+        api,
+        "/chat",
+        {"message": "How do I change the memory limit?", "use_agent": True},
+    )
+    assert answer.status_code == HTTPStatus.OK, answer.content
+    result = answer.json()
+    response = api.get(debug_url(result["conversation_id"]))
+    assert response.status_code == HTTPStatus.OK
+    body = response.json()
+    run = AgentRun.objects.get(pk=result["run_id"])
+    assert (body["conversation_id"], body["live"]) == (result["conversation_id"], False)
+    (group,) = body["groups"]
+    assert (group["key"], group["run_id"], group["status"], group["mode"], group["trace_id"]) == (
+        f"request:{run.request_id}",
+        str(run.id),
+        "completed",
+        "agent",
+        str(run.trace_id),
+    )
+    assert group["started_at"].endswith("Z")
+    assert [e["label"] for e in group["entries"]] == [
+        "User",
+        "Model · Tools",
+        "Tool · search_docs",
+        "Model",
+        "Model",
+    ]
+    stored = list(
+        Message.objects.filter(conversation=result["conversation_id"]).order_by("sequence")
+    )
+    assert [e["sequence"] for e in group["entries"]] == [m.sequence for m in stored]
+    user, model_call, tool_call, final_call, reply = group["entries"]
+    assert (user["id"], user["summary"], user["status"]) == (
+        str(stored[0].id),
+        "How do I change the memory limit?",
+        "completed",
+    )
+    # The model call is the iteration's thought step, the step the stream reported.
+    thought = Step.objects.get(pk=result["steps"][0]["step_id"])
+    assert (model_call["id"], model_call["key"]) == (
+        str(thought.id),
+        f"call:{run.id}:model:{thought.id}",
+    )
+    assert model_call["summary"] == " ".join(SEARCH.split())
+    assert model_call["model"] == "fake-model"
+    assert model_call["usage"]["total_tokens"] == thought.tokens > 0
+    assert model_call["duration_ms"] == thought.duration_ms
+    assert model_call["started_at"].endswith("Z")
+    assert set(model_call["raw"]) == {"message", "step"}
+    assert model_call["raw"]["message"]["id"] == str(stored[1].id)
+    action = Step.objects.get(parent=thought, step_type="action")
+    assert (tool_call["id"], tool_call["status"], tool_call["duration_ms"]) == (
+        str(action.id),
+        "completed",
+        action.duration_ms,
+    )
+    assert set(tool_call["raw"]) == {"message", "action", "result"}
+    assert json.loads(tool_call["raw"]["result"]["data"]["observation"].split(": ", 1)[1])
+    assert tool_call["raw"]["action"]["data"]["arguments"] == {"query": "memory limit"}
+    assert final_call["label"] == "Model"
+    assert (reply["summary"], reply["model"]) == ("Set SANDBOX_MEMORY_MB.", "fake-model")
+    assert body["counts"] == {"all": 5, "user": 1, "model": 3, "tool": 1, "error": 0, "system": 0}
+    # The panel's session reads the same.
+    session = Client()
+    session.force_login(superuser)
+    assert session.get(debug_url(result["conversation_id"])).json()["groups"] == body["groups"]
+
+
+async def wait_for(condition: Any) -> None:
+    """Wait until ``condition()`` (async) holds, at most about 15 s."""
+    for _ in range(300):
+        if await condition():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("the run never got there")
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_run_in_progress_shows_its_live_rows_then_the_same_entries_stored(
+    superuser, scripted, guide
+):
+    scripted.script([SEARCH, {"content": FINAL, "delay_s": 30}])
+    turn = await chat_turn_start(user=superuser, message="memory limit?", use_agent=True)
+    run_id = turn.run.id
+    await wait_for(RunEvent.objects.filter(run_id=run_id, type="step").aexists)
+    async with asgi_client(await bearer(superuser)) as client:
+        live = (await client.get(debug_url(turn.run.conversation_id))).json()
+        cancelled = await client.post(f"/api/runs/{run_id}/cancel")
+        assert cancelled.status_code == HTTPStatus.OK
+        await asyncio.wait_for(turn.task, timeout=15)
+        finished = (await client.get(debug_url(turn.run.conversation_id))).json()
+    assert live["live"] is True
+    (group,) = live["groups"]
+    assert group["status"] == "running"
+    assert [e["label"] for e in group["entries"]] == ["User", "Model · Tools", "Tool · search_docs"]
+    _, model_call, tool_call = group["entries"]
+    # Not stored as messages yet: the steps and the live step event, merged.
+    assert (model_call["sequence"], set(model_call["raw"])) == (None, {"step", "event"})
+    assert (tool_call["sequence"], set(tool_call["raw"])) == (None, {"action", "result", "event"})
+    assert model_call["raw"]["event"]["payload"]["step_id"] == model_call["id"]
+    assert finished["live"] is False
+    (done,) = finished["groups"]
+    assert (done["key"], done["status"]) == (group["key"], "cancelled")
+    assert [e["label"] for e in done["entries"]] == [
+        "User",
+        "Model · Tools",
+        "Tool · search_docs",
+        "Error",
+    ]
+    # The same entries, now with their stored messages.
+    assert [e["key"] for e in done["entries"][:3]] == [e["key"] for e in group["entries"]]
+    assert set(done["entries"][1]["raw"]) == {"message", "step"}
+    assert set(done["entries"][2]["raw"]) == {"message", "action", "result"}
+    assert (done["entries"][3]["summary"], done["entries"][3]["status"]) == (
+        "Cancelled.",
+        "cancelled",
+    )
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_queued_request_is_its_own_group_until_its_run_starts(superuser):
+    conversation = await sync_to_async(conversation_start)(owner=superuser)
+    run = await run_create(
+        user=superuser,
+        message="queued question",
+        request_id="req-1",
+        conversation_id=conversation.id,
+    )
+    async with asgi_client(await bearer(superuser)) as client:
+        body = (await client.get(debug_url(conversation.id))).json()
+    assert body["live"] is True
+    (group,) = body["groups"]
+    assert (group["key"], group["run_id"], group["status"]) == (
+        "request:req-1",
+        str(run.id),
+        "queued",
+    )
+    (request,) = group["entries"]
+    assert (request["key"], request["label"], request["summary"], request["status"]) == (
+        "request:req-1",
+        "User",
+        "queued question",
+        "queued",
+    )
+    assert set(request["raw"]) == {"message", "request"}
+
+
+# --- cost -----------------------------------------------------------------------------------------
+
+
+def add_run(
+    conversation: Conversation, *, iterations: int, status: str = "completed", request_id: str = ""
+) -> AgentRun:
+    """A run with ``iterations`` ReAct iterations: its steps, step events, transcript and answer
+    (the run's transcript only once finished)."""
+    trace = Trace.objects.create(user=conversation.owner, task="q")
+    run = AgentRun.objects.create(
+        user=conversation.owner,
+        conversation=conversation,
+        trace=trace,
+        request_id=request_id or uuid.uuid4().hex,
+        status=status,
+        input="q",
+        model="fake-model",
+    )
+    messages = [NewMessage(role="user", content="q")]
+    steps, events = [], []
+    now = timezone.now()
+    for index in range(iterations):
+        thought = Step(
+            trace=trace, seq=3 * index + 1, step_type="thought", data={"action_raw": "a"}
+        )
+        action = Step(
+            trace=trace,
+            parent=thought,
+            seq=3 * index + 2,
+            step_type="action",
+            data={"tool_name": "search_docs", "arguments": {}},
+            started_at=now + timedelta(seconds=index),
+            duration_ms=5,
+        )
+        result = Step(
+            trace=trace,
+            parent=action,
+            seq=3 * index + 3,
+            step_type="result",
+            data={"observation": "o"},
+        )
+        steps += [thought, action, result]
+        events.append(
+            RunEvent(
+                run=run,
+                seq=index + 1,
+                type="step",
+                payload={"type": "step", "step_id": str(thought.id)},
+            )
+        )
+        messages += [
+            NewMessage(
+                role="assistant", content="a", kind="step", metadata={"step_id": str(thought.id)}
+            ),
+            NewMessage(role="tool", content="o", kind="step", metadata={"step_id": str(result.id)}),
+        ]
+    Step.objects.bulk_create(steps)
+    RunEvent.objects.bulk_create(
+        [*events, RunEvent(run=run, seq=iterations + 1, type="delta", payload={"content": "x"})]
+    )
+    if status == "running":
+        messages = messages[:1]
+    else:
+        messages.append(NewMessage(role="assistant", content="answer"))
+    messages_append(conversation_id=conversation.id, messages=messages, run_id=run.id)
+    return run
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("runs", "iterations"), [(1, 1), (6, 40)])
+def test_the_view_reads_in_five_queries_whatever_its_size(
+    superuser, django_assert_num_queries, runs, iterations
+):
+    conversation = Conversation.objects.create(owner=superuser)
+    for _ in range(runs):
+        add_run(conversation, iterations=iterations)
+    add_run(conversation, iterations=iterations, status="running")
+    add_run(conversation, iterations=0, status="queued")
+    with django_assert_num_queries(5):
+        view = conversation_debug(user=superuser, conversation_id=conversation.id)
+    assert view.live
+    assert view.counts["tool"] == (runs + 1) * iterations
+    assert len(view.groups) == runs + 2
