@@ -331,7 +331,7 @@ def _generation(index: int, call: _Call) -> GenerationExport:
         started_ns=call.started_ns,
         ended_ns=_end_ns(call.started_ns, call.started, call.ended),
         completion_start=call.first_output_at,
-        error=call.error,
+        error=call.error or (None if call.ended else "Unfinished when the run ended."),
     )
 
 

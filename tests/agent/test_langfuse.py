@@ -4,6 +4,7 @@ over real HTTP, and the fail-closed URL rules."""
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import json
 import threading
@@ -14,6 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
+from asgiref.sync import sync_to_async
 from django.utils import timezone
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
@@ -30,6 +32,7 @@ from agent.langfuse import (
 )
 from agent.llm import get_llm
 from agent.models import AgentRun, RunStatus
+from agent.runs import run_cancel, run_create, run_start
 from tests.conftest import token_client
 
 OTLP_PATH = "/api/public/otel/v1/traces"
@@ -456,11 +459,36 @@ def test_with_langfuse_off_nothing_is_stored_or_wrapped(settings, api, scripted)
 
 @pytest.mark.django_db(transaction=True)
 async def test_the_trace_id_is_fixed_before_the_model_is_called(langfuse_on, user):
-    from asgiref.sync import sync_to_async
-
     run = await sync_to_async(AgentRun.objects.create)(user=user, input="hi")
     llm = await langfuse_run_started(run=run, llm=get_llm())
     assert isinstance(llm, ObservedLLM)
     stored = await AgentRun.objects.aget(pk=run.id)
     assert stored.langfuse_trace_id == run.langfuse_trace_id == langfuse_trace_id(run_id=run.id)
     assert len(run.langfuse_trace_id) == 32
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_cancelled_run_is_exported_with_its_unfinished_model_call(
+    langfuse_on, scripted, superuser
+):
+    scripted.script([{"content": "Thought: slow\nAction: final: late", "delay_s": 10}])
+    run = await run_create(user=superuser, message="take your time")
+    task = run_start(run)
+    for _ in range(1000):  # the model call is under way once the server has the request
+        if scripted.requests:
+            break
+        await asyncio.sleep(0.01)
+    await run_cancel(run=run)
+    await task
+    await sync_to_async(langfuse_wait_for_exports)()
+
+    run = await AgentRun.objects.aget(pk=run.id)
+    assert run.status == RunStatus.CANCELLED
+    levels = sorted(
+        (
+            attributes(span)["langfuse.observation.type"],
+            attributes(span).get("langfuse.observation.level"),
+        )
+        for span in langfuse_on.spans(run.langfuse_trace_id)
+    )
+    assert levels == [("generation", "ERROR"), ("span", "WARNING")]
