@@ -20,4 +20,10 @@ urlpatterns = [
         name="delete",
     ),
     path("ui/chat/runs/<uuid:run_id>/answer", views.run_answer, name="answer"),
+    path("ui/chat/debug-mode", views.debug_mode_switch, name="debug_mode"),
+    path(
+        "ui/chat/conversations/<uuid:conversation_id>/debug",
+        views.debug_panel,
+        name="debug_panel",
+    ),
 ]
