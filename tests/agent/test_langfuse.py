@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from asgiref.sync import sync_to_async
 from django.utils import timezone
+from opentelemetry import trace as otel_trace
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
@@ -362,6 +363,8 @@ def test_a_run_is_exported_under_its_stored_trace_id(langfuse_on, scripted, supe
         ("tool", 1),
     ]
     assert langfuse_on.authorizations[0].startswith("Basic ")
+    # The SDK ran on a tracer provider of its own: the process's global one was never set.
+    assert isinstance(otel_trace.get_tracer_provider(), otel_trace.ProxyTracerProvider)
 
     (root,) = by_type["span"]
     root_attributes = attributes(root)
