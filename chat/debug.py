@@ -8,9 +8,10 @@ Everything below ``debug_view`` is pure: it takes rows (saved or not) and touche
 Identity (``DebugEntry.key``); two rows merge into one entry only when their keys are equal:
 
 - ``message:<uuid>``: a stored message that is none of the below;
-- ``request:<request_id>``: a user's request, the stored user message and the queued run standing
-  for it alike (``request:run:<run_id>`` when the request has no id). A second, different user
-  message under a key another message or run holds already falls back to ``message:<uuid>``;
+- ``request:<request_id>``: a user's request, its stored user message and its queued run alike.
+  When the request has no id, or another request (another run, another message) holds that key
+  already (a client reusing ``X-Request-ID``), ``request:run:<run_id>``; a user message with
+  neither falls back to ``message:<uuid>``;
 - ``call:<run_id>:model:<operation_id>``: a model call; the operation id is its ``thought`` step's
   id. Its step message (``metadata.step_id``) and the run's live ``step`` event merge into it;
 - ``call:<run_id>:tool:<operation_id>``: a tool call; the operation id is its ``action`` step's id
@@ -32,11 +33,11 @@ was stored) gets its entries inserted as a block just before the first entry of 
 created after it, or at the end; nothing else moves.
 
 Groups: consecutive entries of the same run form a group; consecutive entries without a run
-form one "not linked to a run" group (never guessed into a run); a request without a run forms
-its own. Group keys are stable across refreshes: ``request:<request_id>`` for a run with a
-request id (the same key a request had before its run was known), else ``run:<run_id>``,
-``unlinked:<first entry key>`` for entries without a run; a key seen in an earlier group gets
-``#2``, ``#3``... (two stretches of the same run, when two runs of the conversation ran at once).
+form one "not linked to a run" group (never guessed into a run). Group keys are stable across
+refreshes: ``request:<request_id>`` for a run with a request id (the same key from the moment
+the request is queued to its run's end), else ``run:<run_id>``; ``unlinked:<first entry key>``
+for entries without a run; a key seen in an earlier group gets ``#2``, ``#3``... (two stretches
+of the same run, when two runs of the conversation ran at once).
 
 Times are ISO-8601 UTC strings ending in ``Z``, exactly as stored (none is computed); a model
 call's step stores its start and its duration but no finish: its bar ends at ``started_at`` +
@@ -249,6 +250,10 @@ def _entry_json(entry: DebugEntry) -> dict[str, Any]:
 
 # --- merging (pure) -----------------------------------------------------------------------------
 
+#: A stored row as JSON (ids as strings, times in ISO-8601 UTC): what ``raw`` shows. Each row is
+#: read into one once, and everything after works on these.
+Record = dict[str, Any]
+
 
 def debug_view(
     *,
@@ -263,7 +268,7 @@ def debug_view(
 
     ``messages`` are the conversation's, ``runs`` its runs, ``steps`` the ``thought``,
     ``action`` and ``result`` steps of those runs' traces (others are ignored), ``events`` the
-    ``step`` and ``delta`` events of its unfinished runs. Any order, duplicates allowed; O(n)
+    ``step`` and ``delta`` events of its unfinished runs. Any order, duplicates allowed; linear
     but for sorting."""
     merge = _Merge(runs)
     merge.add_steps(steps)
@@ -280,7 +285,7 @@ def debug_view(
     return DebugView(
         conversation_id=str(conversation_id),
         title=title,
-        live=any(run.status not in FINAL_RUN_STATUSES for run in merge.runs.values()),
+        live=any(run["status"] not in FINAL_RUN_STATUSES for run in merge.runs.values()),
         groups=groups,
         counts=counts,
     )
@@ -297,65 +302,75 @@ _USER, _MESSAGE, _MODEL, _TOOL, _ANSWER, _ERROR = (
 )
 
 
-@dataclass
+@dataclass(slots=True)
 class _Slot:
     """Every stored row known for one identity, gathered while merging. A source met twice
-    keeps one row: the one later in its own order (``sequence``, ``seq``), so that the result
-    does not depend on the order rows come in."""
+    keeps one row: the one later in its own order (``sequence``, ``seq``, then id), so the
+    result does not depend on the order rows come in."""
 
     key: str
     what: str
-    run_id: uuid.UUID | None
+    run_id: str | None
     operation_id: str = ""
-    message: Message | None = None
-    request: AgentRun | None = None
-    step: Step | None = None
-    result: Step | None = None
-    event: RunEvent | None = None
-    deltas: dict[int, RunEvent] = field(default_factory=dict)
-    run: AgentRun | None = None
+    message: Record | None = None
+    request: Record | None = None
+    step: Record | None = None
+    result: Record | None = None
+    event: Record | None = None
+    deltas: dict[int, Record] = field(default_factory=dict)
+    run: Record | None = None
 
     @property
     def anchor(self) -> int | None:
-        return self.message.sequence if self.message is not None else None
+        return self.message["sequence"] if self.message is not None else None
 
     def call_order(self) -> tuple[int, int]:
         """A call's place among its run's calls: its step's ``seq``, else its event's after
         every stepped call."""
         step = self.step or self.result
         if step is not None:
-            return (0, step.seq)
-        return (1, self.event.seq if self.event is not None else 0)
+            return (0, step["seq"])
+        return (1, self.event["seq"] if self.event is not None else 0)
 
 
-def _later(old: Any, new: Any, order: str) -> Any:
+def _later(old: Record | None, new: Record, order: str) -> Record:
     if old is None:
         return new
-    return new if (getattr(new, order), str(new.pk)) > (getattr(old, order), str(old.pk)) else old
+    return new if (new[order], new.get("id", "")) > (old[order], old.get("id", "")) else old
 
 
 class _Merge:
     """One merge: slots keyed by identity, filled source by source."""
 
     def __init__(self, runs: Iterable[AgentRun]) -> None:
-        #: The runs oldest first (the order requests claim their keys in).
-        self.runs: dict[uuid.UUID, AgentRun] = {
-            run.id: run for run in sorted(runs, key=lambda run: (run.created_at, str(run.id)))
-        }
-        self.run_of_trace = {run.trace_id: run.id for run in self.runs.values() if run.trace_id}
+        #: The runs oldest first (the order requests claim their keys in), by id.
+        self.runs: dict[str, Record] = {}
+        self.run_ids: dict[uuid.UUID, str] = {}
+        self.run_of_trace: dict[uuid.UUID, Record] = {}
+        for run in sorted(runs, key=lambda run: (run.created_at, str(run.id))):
+            record = _run_record(run)
+            self.runs[record["id"]] = record
+            self.run_ids[run.id] = record["id"]
+            if run.trace_id is not None:
+                self.run_of_trace[run.trace_id] = record
         self.slots: dict[str, _Slot] = {}
-        self.steps: dict[uuid.UUID, Step] = {}
+        self.steps: dict[str, Record] = {}
         #: The action step under each thought that has one.
-        self.action_of: dict[uuid.UUID, uuid.UUID] = {}
+        self.action_of: dict[str, str] = {}
         #: Model calls that asked for a tool (an action step under them, or a live step event
         #: naming a tool).
         self.asked_tools: set[str] = set()
         #: Request keys taken: by which run and by which stored message.
-        self.claims: dict[str, tuple[uuid.UUID | None, uuid.UUID | None]] = {}
+        self.claims: dict[str, tuple[str | None, str | None]] = {}
         #: Runs whose answer message is stored (their deltas are no longer live).
-        self.answered: set[uuid.UUID] = set()
+        self.answered: set[str] = set()
 
-    def slot(self, key: str, what: str, run_id: uuid.UUID | None, operation_id: str = "") -> _Slot:
+    def run_id(self, value: uuid.UUID | None) -> str | None:
+        if value is None:
+            return None
+        return self.run_ids.get(value) or str(value)
+
+    def slot(self, key: str, what: str, run_id: str | None, operation_id: str = "") -> _Slot:
         found = self.slots.get(key)
         if found is None:
             found = self.slots[key] = _Slot(key, what, run_id, operation_id)
@@ -363,77 +378,74 @@ class _Merge:
             found.run_id = run_id
         return found
 
-    def call(self, what: str, run_id: uuid.UUID, operation_id: uuid.UUID | str) -> _Slot:
-        operation = str(operation_id)
-        return self.slot(f"call:{run_id}:{what}:{operation}", what, run_id, operation)
+    def call(self, what: str, run_id: str, operation_id: str) -> _Slot:
+        return self.slot(f"call:{run_id}:{what}:{operation_id}", what, run_id, operation_id)
 
     # sources ----------------------------------------------------------------------------------
 
     def add_steps(self, steps: Iterable[Step]) -> None:
-        mine = []
+        mine: list[tuple[str, Record]] = []
         for step in steps:
-            if step.trace_id in self.run_of_trace and step.step_type in CALL_STEP_TYPES:
-                self.steps[step.id] = step
-                mine.append(step)
-        for step in mine:
-            run_id = self.run_of_trace[step.trace_id]
-            if step.step_type == StepType.THOUGHT:
-                slot = self.call(_MODEL, run_id, step.id)
-                slot.step = _later(slot.step, step, "seq")
-            elif step.step_type == StepType.ACTION:
-                slot = self.call(_TOOL, run_id, step.id)
-                slot.step = _later(slot.step, step, "seq")
-                if step.parent_id is not None:
-                    self.action_of[step.parent_id] = step.id
-                    self.asked_tools.add(str(step.parent_id))
+            run = self.run_of_trace.get(step.trace_id)
+            if run is None or step.step_type not in CALL_STEP_TYPES:
+                continue
+            record = _step_record(step, trace_id=run["trace_id"])
+            self.steps[record["id"]] = record
+            mine.append((run["id"], record))
+        for run_id, record in mine:
+            if record["step_type"] == StepType.THOUGHT:
+                slot = self.call(_MODEL, run_id, record["id"])
+                slot.step = _later(slot.step, record, "seq")
+            elif record["step_type"] == StepType.ACTION:
+                slot = self.call(_TOOL, run_id, record["id"])
+                slot.step = _later(slot.step, record, "seq")
+                if record["parent_id"] is not None:
+                    self.action_of[record["parent_id"]] = record["id"]
+                    self.asked_tools.add(record["parent_id"])
             else:
-                operation = self._tool_operation_of_result(step.id)
+                operation = self._tool_operation_of_result(record["id"])
                 if operation is not None:
                     slot = self.call(_TOOL, run_id, operation)
-                    slot.result = _later(slot.result, step, "seq")
+                    slot.result = _later(slot.result, record, "seq")
 
-    def _tool_operation_of_result(self, result_id: uuid.UUID) -> uuid.UUID | None:
+    def _tool_operation_of_result(self, result_id: str) -> str | None:
         """The tool call a result step belongs to: its action, or the thought it answers when
         no action was written (an unparsable reply); None when that step is unknown."""
         result = self.steps.get(result_id)
-        if result is None or result.parent_id is None:
+        if result is None or result["parent_id"] is None:
             return None
-        parent = self.steps.get(result.parent_id)
-        if parent is None or parent.step_type not in (StepType.ACTION, StepType.THOUGHT):
+        parent = self.steps.get(result["parent_id"])
+        if parent is None or parent["step_type"] not in (StepType.ACTION, StepType.THOUGHT):
             return None
-        return parent.id
+        return str(parent["id"])
 
     def add_messages(self, messages: Iterable[Message]) -> None:
-        for message in sorted(messages, key=lambda m: (m.sequence, str(m.id))):
-            metadata = message.metadata if isinstance(message.metadata, dict) else {}
-            step_id = _uuid(metadata.get("step_id"))
-            run_id = message.run_id
+        records = sorted(
+            (_message_record(m, run_id=self.run_id(m.run_id)) for m in messages),
+            key=lambda record: (record["sequence"], record["id"]),
+        )
+        for record in records:
+            role, kind, run_id = record["role"], record["kind"], record["run_id"]
+            step_id = _metadata(record).get("step_id")
             slot: _Slot | None = None
-            if message.role == MessageRole.USER and message.kind == MessageKind.TURN:
-                key = (
-                    self._request_key(message.request_id, run_id, message.id)
-                    or f"message:{message.id}"
-                )
-                slot = self.slot(key, _USER, run_id)
-            elif message.kind == MessageKind.STEP and run_id is not None and step_id is not None:
-                if message.role == MessageRole.ASSISTANT:
+            if role == MessageRole.USER and kind == MessageKind.TURN:
+                key = self._request_key(record["request_id"], run_id, record["id"])
+                slot = self.slot(key or f"message:{record['id']}", _USER, run_id)
+            elif kind == MessageKind.STEP and run_id is not None and isinstance(step_id, str):
+                if role == MessageRole.ASSISTANT:
                     slot = self.call(_MODEL, run_id, step_id)
-                elif message.role == MessageRole.TOOL:
+                elif role == MessageRole.TOOL:
                     operation = self._tool_operation_of_result(step_id)
                     if operation is not None:
                         slot = self.call(_TOOL, run_id, operation)
             if slot is None:
-                slot = self.slot(f"message:{message.id}", _MESSAGE, run_id)
-            slot.message = _later(slot.message, message, "sequence")
-            if (
-                run_id is not None
-                and message.role == MessageRole.ASSISTANT
-                and message.kind == MessageKind.TURN
-            ):
+                slot = self.slot(f"message:{record['id']}", _MESSAGE, run_id)
+            slot.message = _later(slot.message, record, "sequence")
+            if run_id is not None and role == MessageRole.ASSISTANT and kind == MessageKind.TURN:
                 self.answered.add(run_id)
 
     def _request_key(
-        self, request_id: str, run_id: uuid.UUID | None, message: uuid.UUID | None = None
+        self, request_id: str, run_id: str | None, message_id: str | None = None
     ) -> str | None:
         """The key of a user's request: ``request:<request_id>``, else ``request:run:<run_id>``,
         the first of them no other request holds (a request is its run and its one stored
@@ -447,57 +459,61 @@ class _Merge:
             claimed_run, claimed_message = self.claims.get(key, (None, None))
             if claimed_run is not None and run_id is not None and claimed_run != run_id:
                 continue
-            if claimed_message is not None and message is not None and claimed_message != message:
+            if claimed_message and message_id and claimed_message != message_id:
                 continue
-            self.claims[key] = (claimed_run or run_id, claimed_message or message)
+            self.claims[key] = (claimed_run or run_id, claimed_message or message_id)
             return key
         return None
 
     def add_events(self, events: Iterable[RunEvent]) -> None:
         for event in events:
-            payload = event.payload if isinstance(event.payload, dict) else {}
-            if event.type == "delta":
-                self.slot(f"answer:{event.run_id}", _ANSWER, event.run_id).deltas[event.seq] = event
-            elif event.type == "step":
-                self._add_step_event(event, payload)
+            run_id = self.run_id(event.run_id)
+            assert run_id is not None
+            record = _event_record(event, run_id=run_id)
+            if record["type"] == "delta":
+                self.slot(f"answer:{run_id}", _ANSWER, run_id).deltas[record["seq"]] = record
+            elif record["type"] == "step":
+                self._add_step_event(record, run_id)
 
-    def _add_step_event(self, event: RunEvent, payload: dict[str, Any]) -> None:
+    def _add_step_event(self, event: Record, run_id: str) -> None:
         """A live ``step`` event names its model call's thought (a ReAct iteration) or its tool
         call's action (a retrieval). It joins the calls the steps say it reports; with its
         steps unknown, what its own fields show: a model call when it carries the model's
         reply, a tool call when it carries a tool or an observation."""
-        step_id = _uuid(payload.get("step_id"))
-        if step_id is None:
+        payload = _payload(event)
+        step_id = payload.get("step_id")
+        if not isinstance(step_id, str) or not step_id:
             return
         step = self.steps.get(step_id)
+        step_type = step["step_type"] if step is not None else None
+        if step_type == StepType.ACTION:
+            self._join(self.call(_TOOL, run_id, step_id), event)
+            return
+        if step is not None and step_type != StepType.THOUGHT:
+            return
         tool_named = bool(payload.get("tool_name"))
-        if step is not None and step.step_type == StepType.ACTION:
-            self._join(self.call(_TOOL, event.run_id, step_id), event)
-            return
-        if step is not None and step.step_type != StepType.THOUGHT:
-            return
         if step is not None or payload.get("action_raw") or payload.get("thought"):
-            self._join(self.call(_MODEL, event.run_id, step_id), event)
+            self._join(self.call(_MODEL, run_id, step_id), event)
             if tool_named:
-                self.asked_tools.add(str(step_id))
+                self.asked_tools.add(step_id)
         if tool_named or payload.get("observation") or payload.get("error"):
             operation = self.action_of.get(step_id, step_id)
-            self._join(self.call(_TOOL, event.run_id, operation), event)
+            self._join(self.call(_TOOL, run_id, operation), event)
 
     @staticmethod
-    def _join(slot: _Slot, event: RunEvent) -> None:
+    def _join(slot: _Slot, event: Record) -> None:
         slot.event = _later(slot.event, event, "seq")
 
     def add_runs(self) -> None:
         """Queued requests (one with its user message stored is that message's entry), and
         the runs' stored errors."""
         for run in self.runs.values():
-            if run.status == RunStatus.QUEUED:
-                key = self._request_key(run.request_id, run.id)
+            if run["status"] == RunStatus.QUEUED:
+                key = self._request_key(run["request_id"], run["id"])
                 if key is not None:
-                    self.slot(key, _USER, run.id).request = run
-            if run.error:
-                self.slot(f"error:{run.id}", _ERROR, run.id).run = run
+                    self.slot(key, _USER, run["id"]).request = run
+            if run["error"]:
+                self.slot(f"error:{run['id']}", _ERROR, run["id"]).run = run
 
     # order -----------------------------------------------------------------------------------
 
@@ -507,9 +523,9 @@ class _Merge:
             s for s in self.slots.values() if not (s.what == _ANSWER and s.run_id in self.answered)
         ]
         anchored = sorted((s for s in slots if s.anchor is not None), key=lambda s: s.anchor or 0)
-        calls: dict[uuid.UUID | None, list[_Slot]] = {}
-        early: dict[uuid.UUID | None, list[_Slot]] = {}
-        tails: dict[uuid.UUID | None, list[_Slot]] = {}
+        calls: dict[str | None, list[_Slot]] = {}
+        early: dict[str | None, list[_Slot]] = {}
+        tails: dict[str | None, list[_Slot]] = {}
         for s in slots:
             if s.what in (_MODEL, _TOOL):
                 calls.setdefault(s.run_id, []).append(s)
@@ -530,20 +546,20 @@ class _Merge:
                 else:
                     early.setdefault(run_id, []).append(s)
         # A run's request: its user and memory messages before its first output.
-        head: dict[uuid.UUID, str] = {}
-        first: dict[uuid.UUID, str] = {}
-        opened: set[uuid.UUID] = set()
+        head: dict[str, str] = {}
+        first: dict[str, str] = {}
+        opened: set[str] = set()
         for s in anchored:
             if s.run_id is None:
                 continue
             first.setdefault(s.run_id, s.key)
-            role = s.message.role if s.message is not None else ""
+            role = s.message["role"] if s.message is not None else ""
             if s.what in (_MODEL, _TOOL) or role in (MessageRole.ASSISTANT, MessageRole.TOOL):
                 opened.add(s.run_id)
             elif s.run_id not in opened:
                 head[s.run_id] = s.key
         before: dict[str, list[_Slot]] = {}
-        floating: dict[uuid.UUID | None, list[_Slot]] = {}
+        floating: dict[str | None, list[_Slot]] = {}
         for run_id, stretch in early.items():
             if run_id is not None and run_id in head:
                 after.setdefault(head[run_id], [])[:0] = stretch
@@ -561,14 +577,14 @@ class _Merge:
     def _with_tails_and_unplaced_runs(
         self,
         base: list[_Slot],
-        tails: dict[uuid.UUID | None, list[_Slot]],
-        floating: dict[uuid.UUID | None, list[_Slot]],
+        tails: dict[str | None, list[_Slot]],
+        floating: dict[str | None, list[_Slot]],
     ) -> list[_Slot]:
         """``base`` with each run's tail after its last entry, and the entries of each run that
         has none in ``base`` as one block, inserted before the first entry of the next run
         (created after it) that has; at the end when none has, or when the run is unknown."""
-        first_index: dict[uuid.UUID, int] = {}
-        last_index: dict[uuid.UUID, int] = {}
+        first_index: dict[str, int] = {}
+        last_index: dict[str, int] = {}
         for index, s in enumerate(base):
             if s.run_id is not None:
                 first_index.setdefault(s.run_id, index)
@@ -581,14 +597,14 @@ class _Merge:
         inserts: dict[int, list[_Slot]] = {}
         trailing: list[_Slot] = []
         next_placed: int | None = None
-        for run in reversed(self.runs.values()):
-            if run.id in first_index:
-                next_placed = first_index[run.id]
-            elif run.id in blocks:
+        for run_id in reversed(self.runs):
+            if run_id in first_index:
+                next_placed = first_index[run_id]
+            elif run_id in blocks:
                 place = trailing if next_placed is None else inserts.setdefault(next_placed, [])
-                place[:0] = blocks.pop(run.id)
-        for run_id in sorted(blocks, key=str):
-            trailing.extend(blocks[run_id])
+                place[:0] = blocks.pop(run_id)
+        for unknown in sorted(blocks, key=str):
+            trailing.extend(blocks[unknown])
         ordered: list[_Slot] = []
         for index, s in enumerate(base):
             ordered.extend(inserts.get(index, ()))
@@ -602,7 +618,7 @@ class _Merge:
 
     def groups(self, slots: Sequence[_Slot]) -> tuple[DebugGroup, ...]:
         """Consecutive slots of the same run (or of none) as groups with stable keys."""
-        stretches: list[tuple[uuid.UUID | None, list[_Slot]]] = []
+        stretches: list[tuple[str | None, list[_Slot]]] = []
         for s in slots:
             if stretches and stretches[-1][0] == s.run_id:
                 stretches[-1][1].append(s)
@@ -614,25 +630,26 @@ class _Merge:
             run = self.runs.get(run_id) if run_id is not None else None
             if run_id is None:
                 key = f"unlinked:{members[0].key}"
-            elif run is not None and run.request_id:
-                key = f"request:{run.request_id}"
+            elif run is not None and run["request_id"]:
+                key = f"request:{run['request_id']}"
             else:
                 key = f"run:{run_id}"
             seen[key] = seen.get(key, 0) + 1
             if seen[key] > 1:
                 key = f"{key}#{seen[key]}"
+            run = run or {}
             groups.append(
                 DebugGroup(
                     key=key,
-                    run_id=str(run_id) if run_id is not None else None,
-                    request_id=run.request_id if run else None,
-                    status=run.status if run else None,
-                    mode=run.mode if run else None,
-                    model=run.model if run else None,
-                    trace_id=str(run.trace_id) if run and run.trace_id else None,
-                    created_at=_iso(run.created_at) if run else None,
-                    started_at=_iso(run.started_at) if run else None,
-                    finished_at=_iso(run.finished_at) if run else None,
+                    run_id=run_id,
+                    request_id=run.get("request_id"),
+                    status=run.get("status"),
+                    mode=run.get("mode"),
+                    model=run.get("model"),
+                    trace_id=run.get("trace_id"),
+                    created_at=run.get("created_at"),
+                    started_at=run.get("started_at"),
+                    finished_at=run.get("finished_at"),
                     entries=tuple(self.entry(s) for s in members),
                 )
             )
@@ -657,23 +674,22 @@ class _Merge:
         step, message, payload = s.step, s.message, _payload(s.event)
         data = _data(step)
         content = _fullest(
-            message.content if message else None,
+            message["content"] if message else None,
             data.get("action_raw"),
             payload.get("action_raw"),
         )
         if not content and step is not None:
-            content = step.description or step.name
+            content = step["description"] or step["name"]
         if not content:
             content = str(payload.get("thought") or "")
         usage = None
         if step is not None:
             usage = {
-                name: int(data[name])
+                name: data[name]
                 for name in ("prompt_tokens", "completion_tokens")
                 if isinstance(data.get(name), int)
             }
-            usage["total_tokens"] = step.tokens
-        started = _iso(step.started_at) if step else _iso_ms(payload.get("started_at_ms"))
+            usage["total_tokens"] = step["tokens"]
         return _entry(
             s,
             entry_id=s.operation_id,
@@ -684,41 +700,41 @@ class _Merge:
             model=str(data.get("model") or ""),
             usage=usage,
             created_at=_first_time(message, step, s.event),
-            started_at=started,
-            finished_at=_iso(step.finished_at) if step else None,
-            duration_ms=step.duration_ms if step else None,
-            step_seq=step.seq if step else None,
-            status=step.status if step else StepStatus.COMPLETED,
-            failed=bool(step and step.status == StepStatus.FAILED),
+            started_at=step["started_at"] if step else _iso_ms(payload.get("started_at_ms")),
+            finished_at=step["finished_at"] if step else None,
+            duration_ms=step["duration_ms"] if step else None,
+            step_seq=step["seq"] if step else None,
+            status=step["status"] if step else StepStatus.COMPLETED,
+            failed=bool(step and step["status"] == StepStatus.FAILED),
             raw={"message": message, "step": step, "event": s.event},
         )
 
     def _tool_call(self, s: _Slot) -> DebugEntry:
         action, result, message, payload = s.step, s.result, s.message, _payload(s.event)
         metadata = _metadata(message)
-        arguments = _data(action).get("arguments", payload.get("tool_args"))
+        action_data = _data(action)
         name = str(
-            _data(action).get("tool_name")
-            or (action.name if action else "")
+            action_data.get("tool_name")
+            or (action["name"] if action else "")
             or metadata.get("tool_name")
             or payload.get("tool_name")
-            or (result.name if result else "")
+            or (result["name"] if result else "")
             or "tool"
         )
-        error = (result.error if result else "") or metadata.get("error") or payload.get("error")
+        error = (result["error"] if result else "") or metadata.get("error") or payload.get("error")
         output = _fullest(
             _data(result).get("observation"),
-            message.content if message else None,
+            message["content"] if message else None,
             payload.get("observation"),
         )
-        arguments_text = (
-            json.dumps(arguments, ensure_ascii=False, sort_keys=True)
-            if arguments is not None
-            else ""
-        )
+        summary = str(error or "") or output
+        if not summary:
+            arguments = action_data.get("arguments", payload.get("tool_args"))
+            if arguments is not None:
+                summary = json.dumps(arguments, ensure_ascii=False, sort_keys=True)
         timing = action or result
         if timing is not None:
-            status = timing.status
+            status = timing["status"]
         else:
             status = StepStatus.FAILED if error else StepStatus.COMPLETED
         return _entry(
@@ -727,14 +743,14 @@ class _Merge:
             role=MessageRole.TOOL,
             kind="tool",
             label=f"Tool · {name}",
-            summary=str(error or "") or output or arguments_text,
+            summary=summary,
             model="",
             usage=None,
             created_at=_first_time(message, timing, s.event),
-            started_at=_iso(timing.started_at) if timing else None,
-            finished_at=_iso(timing.finished_at) if timing else None,
-            duration_ms=timing.duration_ms if timing else None,
-            step_seq=timing.seq if timing else None,
+            started_at=timing["started_at"] if timing else None,
+            finished_at=timing["finished_at"] if timing else None,
+            duration_ms=timing["duration_ms"] if timing else None,
+            step_seq=timing["seq"] if timing else None,
             status=status,
             failed=bool(error) or status == StepStatus.FAILED,
             raw={"message": message, "action": action, "result": result, "event": s.event},
@@ -750,28 +766,28 @@ class _Merge:
             kind="model",
             label="Model",
             summary="".join(str(_payload(d).get("content") or "") for d in deltas),
-            model=run.model if run else "",
+            model=run["model"] if run else "",
             usage=None,
-            created_at=_iso(deltas[0].created_at) if deltas else None,
+            created_at=deltas[0]["created_at"] if deltas else None,
             status=RunStatus.RUNNING,
-            raw={"events": [_raw_event(d) for d in deltas]},
+            raw={"events": deltas},
         )
 
     def _error(self, s: _Slot) -> DebugEntry:
         run = s.run
         assert run is not None
-        summary = f"{run.error_code}: {run.error}" if run.error_code else run.error
+        summary = f"{run['error_code']}: {run['error']}" if run["error_code"] else run["error"]
         return _entry(
             s,
-            entry_id=str(run.id),
+            entry_id=run["id"],
             role="error",
             kind="error",
             label="Error",
             summary=summary,
             model="",
             usage=None,
-            created_at=_iso(run.finished_at),
-            status=run.status,
+            created_at=run["finished_at"],
+            status=run["status"],
             raw={"run": run},
         )
 
@@ -779,11 +795,11 @@ class _Merge:
         """A user's request: its stored message, its queued run, or both."""
         message, request = s.message, s.request
         if message is not None:
-            entry_id, content, created = str(message.id), message.content, message.created_at
+            entry_id, content, created = message["id"], message["content"], message["created_at"]
         else:
             assert request is not None
-            entry_id = request.request_id or str(request.id)
-            content, created = request.input, request.created_at
+            entry_id = request["request_id"] or request["id"]
+            content, created = request["input"], request["created_at"]
         return _entry(
             s,
             entry_id=entry_id,
@@ -793,7 +809,7 @@ class _Merge:
             summary=content,
             model="",
             usage=None,
-            created_at=_iso(created),
+            created_at=created,
             status=RunStatus.QUEUED if request is not None else StepStatus.COMPLETED,
             raw={"message": message, "request": request},
         )
@@ -802,7 +818,7 @@ class _Merge:
         message = s.message
         assert message is not None
         metadata = _metadata(message)
-        role = message.role
+        role = message["role"]
         error = metadata.get("error") if role == MessageRole.TOOL else None
         kinds: dict[str, tuple[str, str]] = {
             MessageRole.USER: ("user", "User"),
@@ -812,14 +828,14 @@ class _Merge:
         kind, label = kinds.get(role, ("system", "System"))
         return _entry(
             s,
-            entry_id=str(message.id),
+            entry_id=message["id"],
             role=role,
             kind=kind,
             label=label,
-            summary=str(error or "") or message.content,
+            summary=str(error or "") or message["content"],
             model=str(metadata.get("model") or "") if role == MessageRole.ASSISTANT else "",
             usage=None,
-            created_at=_iso(message.created_at),
+            created_at=message["created_at"],
             status=StepStatus.FAILED if error else StepStatus.COMPLETED,
             failed=bool(error),
             raw={"message": message},
@@ -848,7 +864,7 @@ def _entry(
     return DebugEntry(
         key=s.key,
         id=entry_id,
-        run_id=str(s.run_id) if s.run_id else None,
+        run_id=s.run_id,
         role=str(role),
         kind=kind,
         filters=(kind, "error") if failed and kind != "error" else (kind,),
@@ -864,87 +880,20 @@ def _entry(
         step_seq=step_seq,
         status=str(status),
         timed=started_at is not None,
-        raw={name: _raw(row) for name, row in raw.items() if row is not None},
+        raw={name: record for name, record in raw.items() if record is not None},
     )
 
 
-# --- small helpers ------------------------------------------------------------------------------
+# --- records ------------------------------------------------------------------------------------
 
 
-def _uuid(value: Any) -> uuid.UUID | None:
-    try:
-        return uuid.UUID(str(value)) if value else None
-    except ValueError:
-        return None
-
-
-def _payload(event: RunEvent | None) -> dict[str, Any]:
-    return event.payload if event is not None and isinstance(event.payload, dict) else {}
-
-
-def _data(step: Step | None) -> dict[str, Any]:
-    return step.data if step is not None and isinstance(step.data, dict) else {}
-
-
-def _metadata(message: Message | None) -> dict[str, Any]:
-    return message.metadata if message is not None and isinstance(message.metadata, dict) else {}
-
-
-def _fullest(*texts: Any) -> str:
-    """The longest of the texts given (the first of equals): where a stored row and a live row
-    tell the same thing, the fuller one wins."""
-    best = ""
-    for text in texts:
-        if isinstance(text, str) and len(text) > len(best):
-            best = text
-    return best
-
-
-def _one_line(text: str) -> str:
-    line = " ".join(text.split())
-    if len(line) <= SUMMARY_MAX_CHARS:
-        return line
-    return line[: SUMMARY_MAX_CHARS - 1] + "…"
-
-
-def _iso(value: datetime | None) -> str | None:
-    if value is None:
-        return None
-    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
-
-
-def _iso_ms(value: Any) -> str | None:
-    if not isinstance(value, int | float) or isinstance(value, bool):
-        return None
-    return _iso(datetime.fromtimestamp(value / 1000, tz=UTC))
-
-
-def _first_time(*rows: Message | Step | RunEvent | None) -> str | None:
-    for row in rows:
-        if row is not None and row.created_at is not None:
-            return _iso(row.created_at)
-    return None
-
-
-def _raw(row: Any) -> Any:
-    if isinstance(row, Message):
-        return _raw_message(row)
-    if isinstance(row, Step):
-        return _raw_step(row)
-    if isinstance(row, RunEvent):
-        return _raw_event(row)
-    if isinstance(row, AgentRun):
-        return _raw_run(row)
-    return row
-
-
-def _raw_message(message: Message) -> dict[str, Any]:
+def _message_record(message: Message, *, run_id: str | None) -> Record:
     return {
         "id": str(message.id),
         "role": message.role,
         "kind": message.kind,
         "content": message.content,
-        "run_id": str(message.run_id) if message.run_id else None,
+        "run_id": run_id,
         "request_id": message.request_id,
         "sequence": message.sequence,
         "metadata": message.metadata,
@@ -952,11 +901,12 @@ def _raw_message(message: Message) -> dict[str, Any]:
     }
 
 
-def _raw_step(step: Step) -> dict[str, Any]:
+def _step_record(step: Step, *, trace_id: str) -> Record:
+    parent_id = step.parent_id
     return {
         "id": str(step.id),
-        "trace_id": str(step.trace_id),
-        "parent_id": str(step.parent_id) if step.parent_id else None,
+        "trace_id": trace_id,
+        "parent_id": str(parent_id) if parent_id is not None else None,
         "seq": step.seq,
         "step_type": step.step_type,
         "status": step.status,
@@ -973,9 +923,9 @@ def _raw_step(step: Step) -> dict[str, Any]:
     }
 
 
-def _raw_event(event: RunEvent) -> dict[str, Any]:
+def _event_record(event: RunEvent, *, run_id: str) -> Record:
     return {
-        "run_id": str(event.run_id),
+        "run_id": run_id,
         "seq": event.seq,
         "type": event.type,
         "payload": event.payload,
@@ -983,7 +933,7 @@ def _raw_event(event: RunEvent) -> dict[str, Any]:
     }
 
 
-def _raw_run(run: AgentRun) -> dict[str, Any]:
+def _run_record(run: AgentRun) -> Record:
     return {
         "id": str(run.id),
         "request_id": run.request_id,
@@ -998,3 +948,63 @@ def _raw_run(run: AgentRun) -> dict[str, Any]:
         "started_at": _iso(run.started_at),
         "finished_at": _iso(run.finished_at),
     }
+
+
+# --- small helpers ------------------------------------------------------------------------------
+
+
+def _payload(event: Record | None) -> dict[str, Any]:
+    payload = event["payload"] if event is not None else None
+    return payload if isinstance(payload, dict) else {}
+
+
+def _data(step: Record | None) -> dict[str, Any]:
+    data = step["data"] if step is not None else None
+    return data if isinstance(data, dict) else {}
+
+
+def _metadata(message: Record | None) -> dict[str, Any]:
+    metadata = message["metadata"] if message is not None else None
+    return metadata if isinstance(metadata, dict) else {}
+
+
+def _fullest(*texts: Any) -> str:
+    """The longest of the texts given (the first of equals): where a stored row and a live row
+    tell the same thing, the fuller one wins."""
+    best = ""
+    for text in texts:
+        if isinstance(text, str) and len(text) > len(best):
+            best = text
+    return best
+
+
+def _one_line(text: str) -> str:
+    """``text``'s whitespace collapsed, cut to ``SUMMARY_MAX_CHARS`` with an ellipsis (only
+    the beginning of a long text is looked at)."""
+    window = 4 * SUMMARY_MAX_CHARS
+    line = " ".join(text[:window].split())
+    if len(line) <= SUMMARY_MAX_CHARS and len(text) <= window:
+        return line
+    return line[: SUMMARY_MAX_CHARS - 1] + "…"
+
+
+def _iso(value: datetime | None) -> str | None:
+    """ISO-8601 in UTC with a ``Z`` (microseconds when there are any)."""
+    if value is None:
+        return None
+    if value.tzinfo is not UTC:
+        value = value.astimezone(UTC)
+    return value.isoformat()[:-6] + "Z"
+
+
+def _iso_ms(value: Any) -> str | None:
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return None
+    return _iso(datetime.fromtimestamp(value / 1000, tz=UTC))
+
+
+def _first_time(*records: Record | None) -> str | None:
+    for record in records:
+        if record is not None and record["created_at"] is not None:
+            return str(record["created_at"])
+    return None
