@@ -88,9 +88,10 @@ def build_rows(calls: int) -> Rows:
 
     start = datetime(2025, 3, 1, 12, tzinfo=UTC)
     conversation_id = uuid.uuid4()
+    trace_id = uuid.uuid4()
     run = AgentRun(
         id=uuid.uuid4(),
-        trace_id=uuid.uuid4(),
+        trace_id=trace_id,
         request_id="bench",
         mode="agent",
         status="running",
@@ -137,7 +138,7 @@ def build_rows(calls: int) -> Rows:
         observation = json.dumps({"results": [{"source": f"doc{index}.md", "score": 0.5}]})
         thought = Step(
             id=uuid.uuid4(),
-            trace_id=run.trace_id,
+            trace_id=trace_id,
             seq=3 * index + 1,
             step_type="thought",
             status="completed",
@@ -157,7 +158,7 @@ def build_rows(calls: int) -> Rows:
         )
         action = Step(
             id=uuid.uuid4(),
-            trace_id=run.trace_id,
+            trace_id=trace_id,
             parent_id=thought.id,
             seq=3 * index + 2,
             step_type="action",
@@ -171,7 +172,7 @@ def build_rows(calls: int) -> Rows:
         )
         result = Step(
             id=uuid.uuid4(),
-            trace_id=run.trace_id,
+            trace_id=trace_id,
             parent_id=action.id,
             seq=3 * index + 3,
             step_type="result",
@@ -335,7 +336,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("\nlinearity (the merge at other sizes):")
         for calls in (args.calls // 4, args.calls // 2, args.calls, args.calls * 2):
             sized = build_rows(calls)
-            m = timed(f"{calls} calls", max(5, args.repeat // 5), lambda sized=sized: merge(sized))
+
+            def merge_sized(sized: Rows = sized) -> Any:
+                return merge(sized)
+
+            m = timed(f"{calls} calls", max(5, args.repeat // 5), merge_sized)
             per_call_us = m.cpu_p50_ms * 1000 / calls
             print(
                 f"  {calls:>6,} calls: p50 {m.p50_ms:7.2f} ms, CPU p50 {m.cpu_p50_ms:7.2f} ms, "

@@ -74,6 +74,41 @@ SUMMARY_MAX_CHARS = 200
 #: The step types that are calls: model calls (thought), tool calls (action) and their results.
 CALL_STEP_TYPES = (StepType.THOUGHT, StepType.ACTION, StepType.RESULT)
 
+#: The fields of a run and of a step the view shows (a run's output is its answer message; a
+#: step's tree bookkeeping and rollups belong to the trace browser).
+RUN_FIELDS = (
+    "id",
+    "request_id",
+    "mode",
+    "status",
+    "input",
+    "model",
+    "error",
+    "error_code",
+    "trace_id",
+    "created_at",
+    "started_at",
+    "finished_at",
+)
+STEP_FIELDS = (
+    "id",
+    "trace_id",
+    "parent_id",
+    "seq",
+    "step_type",
+    "status",
+    "name",
+    "description",
+    "data",
+    "error",
+    "started_at",
+    "finished_at",
+    "duration_ms",
+    "tokens",
+    "cost",
+    "created_at",
+)
+
 
 class SuperuserRequired(Forbidden):
     code = "superuser_required"
@@ -171,19 +206,27 @@ def conversation_debug(*, user: Any, conversation_id: uuid.UUID) -> DebugView:
     )
     if conversation is None:
         raise ConversationNotFound("Conversation not found.")
-    runs = list(AgentRun.objects.filter(conversation=conversation).order_by("created_at", "id"))
+    runs = list(
+        AgentRun.objects.filter(conversation=conversation)
+        .only(*RUN_FIELDS)
+        .order_by("created_at", "id")
+    )
     steps = list(
         Step.objects.filter(
             trace_id__in=AgentRun.objects.filter(conversation=conversation).values("trace_id"),
             step_type__in=CALL_STEP_TYPES,
-        ).order_by("trace_id", "seq")
+        )
+        .only(*STEP_FIELDS)
+        .order_by("trace_id", "seq")
     )
     events = list(
         RunEvent.objects.filter(
             run__conversation=conversation,
             run__status__in=(RunStatus.QUEUED, RunStatus.RUNNING),
             type__in=("step", "delta"),
-        ).order_by("run_id", "seq")
+        )
+        .only("run_id", "seq", "type", "payload", "created_at")
+        .order_by("run_id", "seq")
     )
     messages = list(Message.objects.filter(conversation=conversation).order_by("sequence"))
     return debug_view(
