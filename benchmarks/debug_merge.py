@@ -12,9 +12,11 @@ and ``chat.debug.debug_view`` never touches the database.
    moment a run has stored its transcript but is not marked finished yet: the three steps, the
    live ``step`` event and the two step messages of every iteration, the user's message, a
    memory message, answer deltas and the stored answer. About 7 rows per iteration.
-2. Times ``debug_view`` (the merge, ordering and grouping) and ``debug_view_json`` with
-   ``json.dumps`` on top (what the API answers), after a warm-up: p50/p95 of the wall-clock
-   time, and the p50 of the process's CPU time (less inflated by other work on the machine).
+2. Times ``debug_view`` (the merge, ordering and grouping) on those rows, on the rows of a
+   finished run (steps and messages) and of a run in progress (steps and live events), and
+   ``debug_view_json`` with ``json.dumps`` on top (what the API answers), after a warm-up:
+   p50/p95 of the wall-clock time, and the p50 of the process's CPU time (less inflated by
+   other work on the machine).
 3. Linearity: the merge at a quarter, half, the full and twice the size; the CPU time per call
    should stay flat.
 4. Baseline in the same run: a naive merge that finds each call's message by scanning the
@@ -316,7 +318,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{args.calls:,} calls: {rows.count():,} rows ({len(rows.steps):,} steps, "
             f"{len(rows.messages):,} messages, {len(rows.events):,} events) -> {entries:,} entries"
         )
-        merged = timed("debug_view (merge)", args.repeat, lambda: merge(rows))
+        merged = timed("debug_view (merge), every source", args.repeat, lambda: merge(rows))
+        # What the selector reads in the two usual states: a finished run (no live events) and
+        # a run in progress (its transcript not stored yet).
+        finished = Rows(messages=rows.messages, runs=rows.runs, steps=rows.steps)
+        in_progress = Rows(messages=rows.messages[:2], runs=rows.runs, steps=rows.steps)
+        in_progress.events = rows.events
+        merged_finished = timed(
+            "debug_view, finished run (steps, messages)", args.repeat, lambda: merge(finished)
+        )
+        merged_live = timed(
+            "debug_view, run in progress (steps, events)", args.repeat, lambda: merge(in_progress)
+        )
         encoded = timed(
             "debug_view + debug_view_json + json.dumps",
             args.repeat,
@@ -324,12 +337,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         print(f"JSON answer: {len(json.dumps(debug_view_json(view))) / 1024:,.0f} KB")
         naive = timed("naive matching (nested scans)", args.naive_repeat, lambda: naive_merge(rows))
-        header = f"\n{'measurement':<44}{'runs':>6}{'p50 ms':>10}{'p95 ms':>10}{'CPU p50':>10}"
+        header = f"\n{'measurement':<46}{'runs':>6}{'p50 ms':>10}{'p95 ms':>10}{'CPU p50':>10}"
         print(header)
         print("-" * (len(header) - 1))
-        for m in (merged, encoded, naive):
+        for m in (merged, merged_finished, merged_live, encoded, naive):
             print(
-                f"{m.name:<44}{len(m.seconds):>6}{m.p50_ms:>10.2f}{m.p95_ms:>10.2f}"
+                f"{m.name:<46}{len(m.seconds):>6}{m.p50_ms:>10.2f}{m.p95_ms:>10.2f}"
                 f"{m.cpu_p50_ms:>10.2f}"
             )
         print(f"\nnaive matching / merge (p50): {naive.p50_ms / merged.p50_ms:,.0f}x")
