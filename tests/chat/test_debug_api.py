@@ -114,7 +114,9 @@ def test_a_recorded_agent_run_reads_as_its_messages_with_its_calls(superuser, sc
     assert response.status_code == HTTPStatus.OK
     body = response.json()
     run = AgentRun.objects.get(pk=result["run_id"])
+    assert set(body) == {"conversation_id", "title", "live", "counts", "groups"}
     assert (body["conversation_id"], body["live"]) == (result["conversation_id"], False)
+    assert body["title"] == "How do I change the memory limit?"
     (group,) = body["groups"]
     assert (group["key"], group["run_id"], group["status"], group["mode"], group["trace_id"]) == (
         f"request:{run.request_id}",
@@ -135,6 +137,30 @@ def test_a_recorded_agent_run_reads_as_its_messages_with_its_calls(superuser, sc
         Message.objects.filter(conversation=result["conversation_id"]).order_by("sequence")
     )
     assert [e["sequence"] for e in group["entries"]] == [m.sequence for m in stored]
+    for entry in group["entries"]:
+        assert set(entry) == {
+            "key",
+            "id",
+            "run_id",
+            "role",
+            "kind",
+            "filters",
+            "label",
+            "summary",
+            "model",
+            "usage",
+            "created_at",
+            "started_at",
+            "finished_at",
+            "duration_ms",
+            "sequence",
+            "step_seq",
+            "status",
+            "timed",
+            "raw",
+        }
+        assert entry["run_id"] == str(run.id)
+        assert entry["created_at"].endswith("Z")
     user, model_call, tool_call, final_call, reply = group["entries"]
     assert (user["id"], user["summary"], user["status"]) == (
         str(stored[0].id),
