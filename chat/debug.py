@@ -44,7 +44,7 @@ call's step stores its start and its duration but no finish: its bar ends at ``s
 ``duration_ms``. ``duration_ms`` only ever comes from a step's stored duration (a monotonic
 measurement), never from wall-clock times.
 
-Changes to the interface first agreed (/tmp/iface.md): ``DebugEntry`` gained ``role``,
+Changes to the interface first agreed with the panel's UI: ``DebugEntry`` gained ``role``,
 ``filters`` (the filter buttons an entry shows under: its ``kind``, and ``"error"`` too when it
 failed; ``counts`` counts these) and ``step_seq``; ``DebugGroup`` gained ``request_id``,
 ``model``, ``trace_id`` and ``created_at``.
