@@ -54,12 +54,21 @@ def app_server(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[str]:
     """The base URL of DevAssist under daphne, on the test database."""
+    env = live_server_env(django_db_blocker, live_model, tmp_path_factory.mktemp("live-var"))
+    with daphne_server(env) as base_url:
+        yield base_url
+
+
+def live_server_env(
+    django_db_blocker: Any, live_model: FakeOpenAI, var_dir: Path
+) -> dict[str, str]:
+    """The environment of a DevAssist server for browser tests: the test database, the model
+    at ``live_model``, its own ``var_dir``, no warm sandbox pool."""
     from django.db import connection
 
     with django_db_blocker.unblock():
         database = connection.settings_dict
-    var_dir = tmp_path_factory.mktemp("live-var")
-    env = {
+    return {
         "DATABASE_URL": (
             f"postgres://{database['USER']}@{database['HOST']}:{database['PORT']}"
             f"/{database['NAME']}"
@@ -76,8 +85,6 @@ def app_server(
         "LOG_LEVEL": "WARNING",
         "SECRET_KEY": "browser-tests-only",
     }
-    with daphne_server(env) as base_url:
-        yield base_url
 
 
 @pytest.fixture(scope="module")

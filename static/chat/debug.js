@@ -30,6 +30,7 @@
       query: "",
       range: null, // [from, to] in compressed seconds
       expanded: new Set(),
+      notes: new Map(), // group key -> [text, link]: what the Langfuse button answered
       scrollTop: 0,
     };
   }
@@ -71,7 +72,10 @@
     const id = app.dataset.conversationId;
     if (!button || !id) return;
     sessionStorage.setItem(OPEN_KEY, "1");
-    htmx.ajax("GET", button.dataset.url.replace(ZERO_ID, id), { target: host, swap: "innerHTML" });
+    htmx.ajax("GET", button.dataset.url.replace(ZERO_ID, id), {
+      target: host,
+      swap: "innerHTML settle:0ms",
+    });
   }
 
   function closePanel() {
@@ -122,6 +126,8 @@
   });
 
   // --- the panel: (re)initialised every time it is loaded ---------------------------------
+  // The panel is swapped in with "settle:0ms", so htmx:load comes in the same task as the swap
+  // and a reloaded panel never shows, even for a frame, without the reader's filters.
 
   document.body.addEventListener("htmx:load", function (event) {
     const target = event.target;
@@ -147,6 +153,10 @@
     }
     for (const row of root.querySelectorAll(".dbg-entry")) {
       if (state.expanded.has(row.dataset.key)) toggleRow(row, true);
+    }
+    for (const group of root.querySelectorAll(".dbg-group")) {
+      const kept = state.notes.get(group.dataset.groupKey);
+      if (kept) showNote(group, kept[0], kept[1]);
     }
     applyFilters(root);
     // The chat is running something the panel does not show as live yet (its run is being
@@ -504,7 +514,16 @@
 
   // --- Langfuse links ---------------------------------------------------------------------
 
-  function note(group, text, link) {
+  // What the Langfuse button answered, kept per group: the panel may be reloaded meanwhile.
+  function note(groupKey, text, link) {
+    state.notes.set(groupKey, [text, link]);
+    const root = panel();
+    const group =
+      root && root.querySelector('.dbg-group[data-group-key="' + CSS.escape(groupKey) + '"]');
+    if (group) showNote(group, text, link);
+  }
+
+  function showNote(group, text, link) {
     const line = group.querySelector(".dbg-note");
     line.replaceChildren(text);
     if (link) {
@@ -527,7 +546,7 @@
   }
 
   async function openLangfuse(button) {
-    const group = button.closest(".dbg-group");
+    const group = button.closest(".dbg-group").dataset.groupKey;
     button.disabled = true;
     note(group, "Looking up the Langfuse trace…");
     let response;
@@ -552,7 +571,8 @@
       note(
         group,
         body.reason === "trace_not_available"
-          ? "This run has no Langfuse trace (it was not exported)."
+          ? "There is no Langfuse trace for this run: runs are exported when they end, " +
+            "while Langfuse is configured."
           : "Langfuse is unavailable: it is not configured, or its address is not valid.",
       );
       return;

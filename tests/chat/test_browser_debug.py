@@ -7,11 +7,15 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from agent.models import AgentRun
+from tests.agent.test_langfuse import LangfuseReceiver
+from tests.browser import PASSWORD, browser_user, live_server_env
+from tests.servers import daphne_server
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -378,3 +382,78 @@ def test_on_a_narrow_screen_the_panel_overlays_the_chat_and_closes(
     open_panel(page)
     page.reload()
     page.locator("#debug-panel .dbg").wait_for()
+
+
+@pytest.fixture(scope="module")
+def langfuse_app(
+    django_db_setup: Any,
+    django_db_blocker: Any,
+    live_model: Any,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[str, LangfuseReceiver]]:
+    """A second DevAssist server, with Langfuse on, exporting to a local receiver standing in
+    for Langfuse (its OTLP endpoint and projects API); yields both base URLs."""
+    with LangfuseReceiver() as receiver:
+        env = {
+            **live_server_env(django_db_blocker, live_model, tmp_path_factory.mktemp("lf-var")),
+            "LANGFUSE_PUBLIC_KEY": "pk-lf-browser",
+            "LANGFUSE_SECRET_KEY": "sk-lf-browser",
+            "LANGFUSE_BASE_URL": receiver.base_url,
+        }
+        with daphne_server(env) as base_url:
+            yield base_url, receiver
+
+
+def test_langfuse_opens_the_trace_in_a_new_tab_without_an_opener(
+    chromium, langfuse_app, live_model, django_user_model
+):
+    base_url, receiver = langfuse_app
+    context = chromium.new_context(base_url=base_url, viewport={"width": 1280, "height": 800})
+    context.set_default_timeout(15_000)
+    try:
+        page = context.new_page()
+        browser_user(django_user_model, "root", is_superuser=True, is_staff=True)
+        page.goto("/login/")
+        page.fill("input[name=username]", "root")
+        page.fill("input[name=password]", PASSWORD)
+        page.click("button[type=submit]")
+        page.wait_for_url(re.compile(r"^(?!.*/login/).*$"))
+        live_model.script(["Hello.", {"content": "Slowly.", "delay_s": 6}])
+        send(page, "hello", route="chat")
+        answered(page)
+        debug_mode(page, True)
+        panel = open_panel(page)
+
+        run = AgentRun.objects.get()
+        link = page.request.get(f"/api/runs/{run.id}/langfuse").json()
+        assert link["available"] is True
+        assert link["url"].startswith(receiver.base_url + "/")
+        with context.expect_page() as opened:
+            panel.locator(".dbg-langfuse").click()
+        popup = opened.value
+        popup.wait_for_load_state()
+        assert popup.url == link["url"]
+        assert popup.evaluate("window.opener") is None
+        assert popup.evaluate("document.referrer") == ""
+        popup.close()
+        note = page.locator("#debug-panel .dbg-note").first
+        assert note.inner_text().startswith("Opened the Langfuse trace in a new tab.")
+        assert note.locator("a").get_attribute("href") == link["url"]
+
+        # A run still going has no trace to show yet: said plainly, nothing opens.
+        send(page, "again", route="chat")
+        page.locator("#debug-panel .dbg-live").wait_for()
+        page.locator("#debug-panel .dbg-group").nth(1).wait_for()
+        page.locator("#debug-panel .dbg-group").nth(1).locator(".dbg-langfuse").click()
+        second = page.locator("#debug-panel .dbg-group").nth(1).locator(".dbg-note")
+        second.filter(has_text="There is no Langfuse trace for this run").wait_for()
+        # The live panel is reloaded by its next poll, and the note is still there.
+        page.evaluate("document.querySelector('#debug-panel .dbg').dataset.seen = 'yes'")
+        page.wait_for_function(
+            "(panel => panel && !panel.dataset.seen)(document.querySelector('#debug-panel .dbg'))"
+        )
+        assert second.inner_text().startswith("There is no Langfuse trace for this run")
+        assert len(context.pages) == 1
+        answered(page, 2)
+    finally:
+        context.close()
