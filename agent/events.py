@@ -34,9 +34,10 @@ def run_group(run_id: uuid.UUID | str) -> str:
 class RunEvents:
     """Emits a run's events in ``seq`` order: stored first, broadcast after."""
 
-    def __init__(self, run_id: uuid.UUID) -> None:
+    def __init__(self, run_id: uuid.UUID, *, last_seq: int = 0) -> None:
+        """``last_seq``: the seq of the run's newest event, stored by someone else."""
         self.run_id = run_id
-        self.seq = 0
+        self.seq = last_seq
         self._delta = ""
         self._delta_since = 0.0
 

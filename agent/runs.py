@@ -14,6 +14,7 @@ import contextlib
 import threading
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from http import HTTPStatus
@@ -23,6 +24,7 @@ import orjson
 import structlog
 from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
+from django.db import transaction
 from django.utils import timezone
 
 from agent.events import RunEvents, run_group
@@ -33,13 +35,14 @@ from agent.llm import get_llm
 from agent.llm.base import ChatMessage, LLMProvider, LLMResponse, LLMTimeout, LLMUnavailable
 from agent.loop import AgentCancelled, AgentMaxIterations, Iteration, LoopConfig, run_react
 from agent.memory import consolidate, long_term_message, recall, short_term_memory
-from agent.models import AgentRun, RunMode, RunStatus
+from agent.models import AgentRun, RunEvent, RunMode, RunStatus
 from agent.tools.registry import ToolContext, ToolNotFound, default_registry
-from chat.models import Message, MessageKind, MessageRole
-from chat.selectors import conversation_get_for
-from chat.services import NewMessage, messages_append
+from chat.models import Conversation, Message, MessageKind, MessageRole
+from chat.selectors import conversation_locked_for
+from chat.services import NewMessage, messages_append, messages_build
+from devassist import db
 from devassist.errors import ApiError, BadRequest, Conflict, NotFound
-from traces.models import StepStatus, TraceMode, TraceStatus
+from traces.models import StepStatus, Trace, TraceMode, TraceStatus
 from traces.store import StepCreate, get_trace_store
 
 logger = structlog.get_logger(__name__)
@@ -80,19 +83,21 @@ async def run_create(
     tools: list[str] | None = None,
     request_id: str = "",
     conversation_id: uuid.UUID | None = None,
+    history: Sequence[NewMessage] | None = None,
     mode: str = RunMode.AGENT,
 ) -> AgentRun:
-    """A queued run with its trace. With ``conversation_id`` (one of the user's), the message
-    is stored in the conversation before the run starts, and the run remembers the
-    conversation (``agent.memory``). ``mode`` is a ``RunMode``; only ``agent`` runs use tools.
-    Raises ``AgentInputInvalid`` for an empty message, an unknown tool name or mode,
+    """A running run with its trace (its root ``goal`` step has the run's id) and its first
+    event, ``meta``, all stored in one transaction: the run is ready to follow and to start
+    (``run_start``). With ``conversation_id`` (one of the user's), or ``history`` (the earlier
+    turns of a new conversation created for the run, possibly none), the message is stored
+    in the conversation before the run starts, and the run remembers the conversation
+    (``agent.memory``). ``mode`` is a ``RunMode``; only ``agent`` runs use tools. Raises
+    ``AgentInputInvalid`` for an empty message, an unknown tool name or mode,
     ``ConversationNotFound`` for an unknown or foreign conversation."""
     if not message or not message.strip():
         raise AgentInputInvalid("The message is empty.")
     if mode not in RunMode.values:
         raise AgentInputInvalid(f"Unknown run mode {mode!r}.", details={"modes": RunMode.values})
-    if conversation_id is not None:
-        await sync_to_async(conversation_get_for)(user=user, conversation_id=conversation_id)
     registry = default_registry()
     if tools is not None:
         try:
@@ -101,31 +106,104 @@ async def run_create(
             raise AgentInputInvalid(
                 exc.message, details={"tools": list(tools), "available": registry.names()}
             ) from exc
-    llm = get_llm()
-    trace = await get_trace_store().create_trace(
+    run = AgentRun(
         user=user,
-        task=message,
-        mode=TraceMode.AGENT,
-        agent_type="devassist",
-        metadata={"run_mode": mode},
-    )
-    run = await AgentRun.objects.acreate(
-        user=user,
-        trace=trace,
-        conversation_id=conversation_id,
         request_id=request_id,
         mode=mode,
+        status=RunStatus.RUNNING,
         input=message,
         tools=[]
         if mode != RunMode.AGENT
         else registry.names()
         if tools is None
         else sorted(set(tools)),
-        model=llm.model,
+        model=get_llm().model,
+        started_at=timezone.now(),
     )
-    if conversation_id is not None:
-        await _append_messages(run, [NewMessage(role=MessageRole.USER, content=message)])
+    stored, trace_events = await sync_to_async(_open_run)(
+        run, conversation_id=conversation_id, history=history
+    )
+    if stored:
+        assert run.conversation_id is not None
+        short_term_memory().appended(run.conversation_id, stored)
+    assert run.trace_id is not None
+    await get_trace_store().publish(run.trace_id, trace_events)
     return run
+
+
+def _open_run(
+    run: AgentRun,
+    *,
+    conversation_id: uuid.UUID | None,
+    history: Sequence[NewMessage] | None,
+) -> tuple[list[Message], list[dict[str, Any]]]:
+    """Store the new ``run``: its trace with the goal step, its conversation's new messages
+    (and the conversation, new or moved on), and its ``meta`` event, in one transaction and
+    (for a new conversation) one round trip. Returns the stored messages and the trace's
+    events to publish."""
+    trace = Trace(
+        user_id=run.user_id,
+        task=run.input,
+        mode=TraceMode.AGENT,
+        agent_type="devassist",
+        metadata={"run_mode": run.mode},
+    )
+    run.trace = trace
+    goal = StepCreate(
+        id=run.id,
+        step_type="goal",
+        name="task",
+        status=StepStatus.RUNNING,
+        description=run.input,
+        data={"task": run.input, "tools": run.tools, "model": run.model},
+    )
+    with transaction.atomic():
+        conversation: Conversation | None = None
+        earlier: Sequence[NewMessage] = ()
+        if conversation_id is not None:
+            conversation = conversation_locked_for(user=run.user, conversation_id=conversation_id)
+        elif history is not None:
+            conversation = Conversation(owner_id=run.user_id)
+            earlier = history
+        stored: list[Message] = []
+        writes: list[db.Statement] = []
+        if conversation is not None:
+            run.conversation = conversation
+            stored = messages_build(
+                conversation=conversation,
+                messages=[*earlier, NewMessage(role=MessageRole.USER, content=run.input)],
+            )
+            # Only the run's own message belongs to it; a new conversation's earlier turns
+            # belong to no run.
+            stored[-1].run_id = run.id
+            stored[-1].request_id = run.request_id
+            if conversation_id is None:
+                writes += db.insert_statements([conversation])
+            else:
+                writes.append(
+                    db.update_statement(conversation, ["last_sequence", "title", "updated_at"])
+                )
+        meta = RunEvent(
+            run_id=run.id,
+            seq=1,
+            type="meta",
+            payload={
+                "type": "meta",
+                "conversation_id": str(run.conversation_id) if run.conversation_id else None,
+                "run_id": str(run.id),
+                "trace_id": str(trace.id),
+                "agent": run.mode == RunMode.AGENT,
+                "rag": run.mode == RunMode.RAG,
+                "model": run.model,
+            },
+        )
+        writes += [
+            *db.insert_statements([run]),
+            *db.insert_statements(stored),
+            *db.insert_statements([meta]),
+        ]
+        events = get_trace_store().open_trace_sync(trace, [goal], with_writes=writes)
+    return stored, events
 
 
 async def _append_messages(run: AgentRun, messages: list[NewMessage]) -> list[Message]:
@@ -207,7 +285,7 @@ async def run_get(*, user: Any, run_id: uuid.UUID) -> AgentRun:
 async def _execute(
     run: AgentRun, cancel: threading.Event, *, collection: str | None = None
 ) -> None:
-    events = RunEvents(run.id)
+    events = RunEvents(run.id, last_seq=1)  # 1 is meta, stored by run_create
     watcher = asyncio.create_task(_watch_for_cancel(run.id, cancel))
     llm = await langfuse_run_started(run=run, llm=get_llm())
     recorder = RunRecorder(run, events)
@@ -356,7 +434,7 @@ class RunRecorder:
         self.run = run
         self.events = events
         self.store = get_trace_store()
-        self.goal_id = uuid.uuid4()
+        self.goal_id = run.id  # run_create gives the goal step the run's id
         self.first_output = False
         self.step_count = 0
         self.llm: LLMProvider | None = None
@@ -370,32 +448,9 @@ class RunRecorder:
         self._started_write: asyncio.Task[None] | None = None
 
     async def start(self, llm: LLMProvider) -> None:
-        """The run's first writes: the goal step and the ``meta`` event in one transaction,
-        the event out at once, then the run marked running."""
+        """Take the model the run calls; the run, its goal step and its ``meta`` event are
+        stored already (``run_create``)."""
         self.llm = llm
-        assert self.run.trace_id is not None
-        meta = await self.events.prepare(
-            "meta",
-            conversation_id=str(self.run.conversation_id) if self.run.conversation_id else None,
-            run_id=str(self.run.id),
-            trace_id=str(self.run.trace_id),
-            agent=self.run.mode == RunMode.AGENT,
-            rag=self.run.mode == RunMode.RAG,
-            model=llm.model,
-        )
-        goal = StepCreate(
-            id=self.goal_id,
-            step_type="goal",
-            name="task",
-            status=StepStatus.RUNNING,
-            description=self.run.input,
-            data={"task": self.run.input, "tools": self.run.tools, "model": llm.model},
-        )
-        await self.store.add_steps(self.run.trace_id, [goal], with_rows=[meta])
-        await self.events.publish(meta)
-        await AgentRun.objects.filter(pk=self.run.id).aupdate(
-            status=RunStatus.RUNNING, started_at=timezone.now(), model=llm.model
-        )
 
     async def model_replied(self, iteration: Iteration) -> None:
         response, parsed = iteration.response, iteration.parsed

@@ -24,7 +24,7 @@ from agent.models import AgentRun, RunMode
 from agent.runs import run_create, run_outcome, run_start
 from chat.models import Message, MessageKind, MessageRole
 from chat.routing import Route, choose_route
-from chat.services import NewMessage, conversation_start
+from chat.services import NewMessage
 from devassist.errors import BadRequest, PayloadTooLarge
 
 logger = structlog.get_logger(__name__)
@@ -91,14 +91,12 @@ async def chat_turn_start(
         )
     if route.rag and collection:
         await sync_to_async(open_collection, thread_sensitive=False)(collection)
-    if conversation_id is None:
-        conversation = await sync_to_async(conversation_start)(owner=user, history=history)
-        conversation_id = conversation.id
     run = await run_create(
         user=user,
         message=message,
         request_id=request_id,
         conversation_id=conversation_id,
+        history=history if conversation_id is None else None,
         mode=route.mode,
     )
     logger.info("chat_turn_started", run_id=str(run.id), route=route.mode, reason=route.reason)

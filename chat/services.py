@@ -51,6 +51,25 @@ def messages_append(
     concurrent writers: the conversation row is locked). An untitled conversation takes its
     title from the first user turn. Returns the stored messages in order."""
     conversation = Conversation.objects.select_for_update().get(pk=conversation_id)
+    stored = messages_build(
+        conversation=conversation, messages=messages, run_id=run_id, request_id=request_id
+    )
+    Message.objects.bulk_create(stored)
+    conversation.save(update_fields=["last_sequence", "title", "updated_at"])
+    return stored
+
+
+def messages_build(
+    *,
+    conversation: Conversation,
+    messages: Sequence[NewMessage],
+    run_id: uuid.UUID | None = None,
+    request_id: str = "",
+) -> list[Message]:
+    """``messages`` as unsaved rows numbered after the conversation's newest, and the
+    conversation (locked, or new) moved on to match: its ``last_sequence``, its title (an
+    untitled one takes it from the first user turn) and ``updated_at``. The caller saves
+    both in one transaction. Raises ``ValueError`` for an unknown role or kind."""
     stored = []
     for message in messages:
         if message.role not in MessageRole.values or message.kind not in MessageKind.values:
@@ -74,9 +93,7 @@ def messages_append(
             and message.kind == MessageKind.TURN
         ):
             conversation.title = title_from(message.content)
-    Message.objects.bulk_create(stored)
     conversation.updated_at = timezone.now()
-    conversation.save(update_fields=["last_sequence", "title", "updated_at"])
     return stored
 
 
@@ -89,17 +106,6 @@ def title_from(text: str) -> str:
     if " " in cut[TITLE_MAX_CHARS // 2 :]:
         cut = cut.rsplit(" ", 1)[0]
     return cut + "…"
-
-
-@transaction.atomic
-def conversation_start(*, owner: Any, history: Sequence[NewMessage] = ()) -> Conversation:
-    """A new conversation of ``owner``, holding ``history`` (earlier turns a client kept
-    itself) as its first turns."""
-    conversation = conversation_create(owner=owner)
-    if history:
-        messages_append(conversation_id=conversation.id, messages=history)
-        conversation.refresh_from_db()
-    return conversation
 
 
 def conversation_rename(*, conversation: Conversation, title: str) -> Conversation:

@@ -185,6 +185,16 @@ class TraceStore(Protocol):
         metadata: dict[str, Any] | None = None,
     ) -> Trace: ...
 
+    def open_trace_sync(
+        self,
+        trace: Trace,
+        steps: Sequence[StepCreate] = (),
+        *,
+        with_writes: Sequence[db.Statement] = (),
+    ) -> list[dict[str, Any]]: ...
+
+    async def publish(self, trace_id: uuid.UUID, events: Iterable[dict[str, Any]]) -> None: ...
+
     async def get_trace(self, trace_id: uuid.UUID) -> Trace: ...
 
     async def list_traces(
@@ -553,6 +563,41 @@ class OrmTraceStore:
         logger.info("trace_created", trace_id=str(trace.id), mode=mode, agent_type=agent_type)
         return trace
 
+    def open_trace_sync(
+        self,
+        trace: Trace,
+        steps: Sequence[StepCreate] = (),
+        *,
+        with_writes: Sequence[db.Statement] = (),
+    ) -> list[dict[str, Any]]:
+        """Store ``trace`` (a new, unsaved instance) with its first ``steps`` (each a root or
+        a child of an earlier step of the batch) and ``with_writes`` (other apps' writes that
+        must commit with it or not at all, such as the run that owns the trace), all in one
+        round trip, in the caller's transaction (or one of its own). Returns the trace's
+        events, to ``publish`` once that transaction has committed. Raises
+        ``BatchTooLarge``, ``InvalidStep``, ``InvalidParent``; a rejected trace writes
+        nothing."""
+        if len(steps) > settings.TRACE_BATCH_MAX_STEPS:
+            raise BatchTooLarge(
+                f"A batch holds at most {settings.TRACE_BATCH_MAX_STEPS} steps, got {len(steps)}.",
+                details={"max_steps": settings.TRACE_BATCH_MAX_STEPS, "got": len(steps)},
+            )
+        _, new_steps, events, _, _ = self._build_batch(trace, steps, assume_new=True)
+        with transaction.atomic():
+            db.run(
+                [
+                    *db.insert_statements([trace]),
+                    *db.insert_statements(new_steps),
+                    *db.insert_statements(events),
+                    *with_writes,
+                ]
+            )
+            transaction.on_commit(lambda: _positions.remember(new_steps))
+        logger.info(
+            "trace_created", trace_id=str(trace.id), mode=trace.mode, agent_type=trace.agent_type
+        )
+        return [event_dict(event) for event in events]
+
     async def get_trace(self, trace_id: uuid.UUID) -> Trace:
         trace = await Trace.objects.select_related("user").filter(pk=trace_id).afirst()
         if trace is None:
@@ -588,7 +633,7 @@ class OrmTraceStore:
         trace, events = await sync_to_async(self._complete_trace)(
             trace_id, status, total_duration_ms
         )
-        await self._broadcast(trace_id, events)
+        await self.publish(trace_id, events)
         return trace
 
     def _complete_trace(
@@ -641,7 +686,7 @@ class OrmTraceStore:
         result, events = await sync_to_async(self.add_steps_sync)(
             trace_id, steps, updates, with_rows
         )
-        await self._broadcast(trace_id, events)
+        await self.publish(trace_id, events)
         return result
 
     def add_steps_sync(
@@ -857,7 +902,7 @@ class OrmTraceStore:
         """Apply ``changes`` (a subset of ``UPDATABLE_STEP_FIELDS``), keep rollups right, and
         emit ``step_updated`` with the changed fields (``data`` as its preview)."""
         step, events = await sync_to_async(self.update_step_sync)(trace_id, step_id, changes)
-        await self._broadcast(trace_id, events)
+        await self.publish(trace_id, events)
         return step
 
     def update_step_sync(
@@ -1115,7 +1160,8 @@ class OrmTraceStore:
             qs = qs.filter(seq__lte=up_to)
         return [event_dict(e) async for e in qs[:limit]]
 
-    async def _broadcast(self, trace_id: uuid.UUID, events: Iterable[dict[str, Any]]) -> None:
+    async def publish(self, trace_id: uuid.UUID, events: Iterable[dict[str, Any]]) -> None:
+        """Broadcast committed events of the trace to its watchers."""
         layer = get_channel_layer()
         if layer is None:
             return

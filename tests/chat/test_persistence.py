@@ -147,10 +147,11 @@ def test_a_rag_answer_shows_its_route_model_and_sources_once(client, user, scrip
 
 @pytest.mark.django_db
 def test_the_sidebar_list_searches_and_refuses_a_forged_cursor(client, user):
-    from chat.services import NewMessage, conversation_start
+    from chat.services import NewMessage, conversation_create, messages_append
 
-    conversation_start(owner=user, history=[NewMessage("user", "Docker <b>limits</b>")])
-    conversation_start(owner=user, history=[NewMessage("user", "something else")])
+    for text in ("Docker <b>limits</b>", "something else"):
+        conversation = conversation_create(owner=user)
+        messages_append(conversation_id=conversation.id, messages=[NewMessage("user", text)])
     client.force_login(user)
     found = client.get("/ui/chat/conversations/", {"q": "docker"}).content.decode()
     assert found.count('<li class="conversation') == 1
