@@ -94,6 +94,7 @@ class RunEvents:
 
 
 @sync_to_async
+@db.released
 def _store_event(row: RunEvent) -> None:
     with transaction.atomic():
         db.run([*db.skip_flush_wait(), *db.insert_statements([row])])
@@ -111,10 +112,18 @@ def step_events(run_ids: list[uuid.UUID]) -> dict[uuid.UUID, list[dict[str, Any]
 async def logged_events(
     run_id: uuid.UUID, after_seq: int, up_to: int | None = None
 ) -> list[tuple[int, dict[str, Any]]]:
+    """The run's stored events after ``after_seq`` (up to ``up_to``), a page at most; the
+    connection goes back to the pool after the read (a follower mostly waits)."""
+    return await sync_to_async(db.released(_logged_events))(run_id, after_seq, up_to)
+
+
+def _logged_events(
+    run_id: uuid.UUID, after_seq: int, up_to: int | None
+) -> list[tuple[int, dict[str, Any]]]:
     qs = RunEvent.objects.filter(run_id=run_id, seq__gt=after_seq).order_by("seq")
     if up_to is not None:
         qs = qs.filter(seq__lte=up_to)
-    return [(e.seq, e.payload) async for e in qs[:REPLAY_PAGE]]
+    return [(seq, payload) for seq, payload in qs.values_list("seq", "payload")[:REPLAY_PAGE]]
 
 
 async def follow_run(
@@ -152,12 +161,12 @@ async def follow_run(
         await layer.group_discard(run_group(run_id), channel)
 
 
-async def _finished_without_done(run_id: uuid.UUID, last: int) -> bool:
+@sync_to_async
+@db.released
+def _finished_without_done(run_id: uuid.UUID, last: int) -> bool:
     """A run whose executor died (a crashed worker) never sends ``done``; stop following it
     once it is marked finished and its log holds nothing newer."""
-    run = await AgentRun.objects.filter(pk=run_id).only("status").afirst()
+    run = AgentRun.objects.filter(pk=run_id).only("status").first()
     if run is None:
         return True
-    return (
-        run.is_finished and not await RunEvent.objects.filter(run_id=run_id, seq__gt=last).aexists()
-    )
+    return run.is_finished and not RunEvent.objects.filter(run_id=run_id, seq__gt=last).exists()

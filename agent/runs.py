@@ -22,7 +22,7 @@ from typing import Any
 
 import orjson
 import structlog
-from asgiref.sync import sync_to_async
+from asgiref.sync import ThreadSensitiveContext, sync_to_async
 from channels.layers import get_channel_layer
 from django.db import transaction
 from django.utils import timezone
@@ -225,7 +225,7 @@ def run_start(run: AgentRun, *, collection: str | None = None) -> asyncio.Task[N
     ``settings.KNOWLEDGE_DEFAULT_COLLECTION``)."""
     cancel = threading.Event()
     task = asyncio.get_running_loop().create_task(
-        _execute(run, cancel, collection=collection), name=f"run-{run.id}"
+        _execute_apart(run, cancel, collection=collection), name=f"run-{run.id}"
     )
     _running[run.id] = (task, cancel)
     task.add_done_callback(lambda _: _running.pop(run.id, None))
@@ -280,6 +280,19 @@ async def run_get(*, user: Any, run_id: uuid.UUID) -> AgentRun:
     if run is None:
         raise RunNotFound(f"Run {run_id} does not exist.")
     return run
+
+
+async def _execute_apart(
+    run: AgentRun, cancel: threading.Event, *, collection: str | None = None
+) -> None:
+    """``_execute`` with its synchronous work (database, sandbox) in a thread of its own, not
+    in the thread of the request that started it (which ends with the request), and its
+    connection back in the pool at the end."""
+    async with ThreadSensitiveContext():
+        try:
+            await _execute(run, cancel, collection=collection)
+        finally:
+            await sync_to_async(db.release_connection)()
 
 
 async def _execute(

@@ -13,11 +13,12 @@ transaction commit without waiting for the disk.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, TypeVar, cast
+from typing import Any, ParamSpec, TypeVar, cast
 
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connection, connections, models
@@ -25,6 +26,8 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import QuerySet
 
 M = TypeVar("M", bound=models.Model)
+P = ParamSpec("P")
+T = TypeVar("T")
 
 #: Stand-ins a cached query is built with; ``bind`` replaces them with real values.
 PLACEHOLDER_TRACE = uuid.UUID("00000000-0000-4000-8000-0000000a11ce")
@@ -238,3 +241,29 @@ SKIP_FLUSH_WAIT = "SET LOCAL synchronous_commit TO OFF"
 def flush_wait_skippable() -> bool:
     """Whether run writes skip the flush wait here (the setting is on, on PostgreSQL)."""
     return bool(settings.ASYNC_COMMIT_RUN_WRITES) and connection.vendor == "postgresql"
+
+
+def release_connection() -> None:
+    """Give this thread's database connection back to the pool, so that a long-lived task
+    (a run waiting for its model, an SSE stream waiting for events) holds none while it
+    waits; the thread's next query takes one again (about as cheap as a query). A no-op
+    without a pool (SQLite, ``DATABASE_POOL=0``: a persistent connection is kept) and inside
+    a transaction (the connection is in use)."""
+    connection = _connection()
+    if connection.in_atomic_block or not connection.settings_dict.get("OPTIONS", {}).get("pool"):
+        return
+    connection.close()
+
+
+def released(function: Callable[P, T]) -> Callable[P, T]:
+    """``function``, then ``release_connection`` (for ``sync_to_async`` calls of long-lived
+    tasks)."""
+
+    @functools.wraps(function)
+    def call(*args: P.args, **kwargs: P.kwargs) -> T:
+        try:
+            return function(*args, **kwargs)
+        finally:
+            release_connection()
+
+    return call
