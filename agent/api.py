@@ -19,7 +19,6 @@ from agent.models import AgentRun
 from agent.runs import run_cancel, run_create, run_get, run_outcome, run_start
 from agent.schemas import AgentIn, AgentOut, RunListOut, RunOut, RunWithStepsOut
 from agent.sse import HEARTBEAT, frame, sse_response
-from devassist import db
 from devassist.auth import api_user, require_staff
 
 agent_router = Router(tags=["agent"])
@@ -72,9 +71,9 @@ step_events = sync_to_async(step_events_sync)
 
 
 async def sse_frames(run_id: uuid.UUID, after_seq: int) -> AsyncIterator[bytes]:
-    """The run's SSE frames. The request's database connection goes back to the pool first:
-    the stream holds none while it waits for events (``follow_run`` takes one per read)."""
-    await sync_to_async(db.release_connection)()
+    """The run's SSE frames. The stream holds no database connection while it waits for
+    events: ``follow_run`` reads the log in the request's thread and gives the connection
+    back after each read."""
     async for item in follow_run(run_id, after_seq=after_seq):
         yield HEARTBEAT if item is None else frame(*item)
 

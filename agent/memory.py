@@ -173,6 +173,9 @@ class Recollection:
     facts: list[str] = field(default_factory=list)
     summaries: list[str] = field(default_factory=list)
     error: str = ""
+    #: False when the long-term store was not asked: no turn has left the short-term window
+    #: yet, so nothing of the conversation can have been summarised.
+    searched: bool = True
 
     def messages(self) -> list[ChatMessage]:
         """The history to put before the new message: the long-term memory message (when
@@ -192,11 +195,15 @@ async def recall(*, conversation_id: uuid.UUID, before_sequence: int, query: str
     """The memory for a new message numbered ``before_sequence`` (itself left out): its
     short-term window, and the long-term facts nearest to ``query``. A failing long-term store
     gives no facts and its error; the database failing raises."""
-    turns, cached = await sync_to_async(short_term_memory().window)(
+    memory = short_term_memory()
+    window, cached = await sync_to_async(memory.window)(
         conversation_id, through_sequence=before_sequence
     )
     config = memory_config()
-    turns = [t for t in turns if t.sequence != before_sequence][-config.short_term_turns :]
+    turns = [t for t in window if t.sequence != before_sequence][-config.short_term_turns :]
+    if len(window) < memory.size:
+        # Every turn so far is in the window: none was ever summarised.
+        return Recollection(turns=turns, cached=cached, searched=False)
     try:
         hits = await sync_to_async(query_texts, thread_sensitive=False)(
             config.collection,

@@ -762,7 +762,11 @@ class RunRecorder:
                     status=StepStatus.FAILED if recollection.error else StepStatus.COMPLETED,
                     description=f"{len(recollection.facts)} facts recalled",
                     error=recollection.error,
-                    data={"facts": recollection.facts, "summaries": recollection.summaries},
+                    data={
+                        "facts": recollection.facts,
+                        "summaries": recollection.summaries,
+                        "searched": recollection.searched,
+                    },
                 ),
             ],
         )

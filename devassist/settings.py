@@ -52,12 +52,12 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "devassist.middleware.RequestIdMiddleware",
     "devassist.middleware.SecurityMiddleware",
-    "django.contrib.sessions.middleware.SessionMiddleware",
+    "devassist.middleware.SessionMiddleware",
     "devassist.middleware.CommonMiddleware",
-    "django.middleware.csrf.CsrfViewMiddleware",
-    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "devassist.middleware.CsrfViewMiddleware",
+    "devassist.middleware.AuthenticationMiddleware",
     "devassist.middleware.LoginRequiredMiddleware",
-    "django.contrib.messages.middleware.MessageMiddleware",
+    "devassist.middleware.MessageMiddleware",
     "devassist.middleware.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
 ]

@@ -320,6 +320,9 @@ def test_long_term_memory_survives_a_process_restart(api, user, memory, knowledg
             ),
             "CHROMA_PATH": str(knowledge),
             "LOG_LEVEL": "WARNING",
+            # The same window as the process that wrote the memory (the ``memory`` fixture).
+            "MEMORY_SHORT_TERM_TURNS": str(memory.MEMORY["short_term_turns"]),
+            "MEMORY_SUMMARY_THRESHOLD": str(memory.MEMORY["summary_threshold"]),
         },
         "shell",
         "--no-imports",
@@ -351,6 +354,30 @@ def test_a_failing_long_term_store_never_fails_the_run(api, user, memory, settin
     # Nothing was summarised: the turns stay pending for the next time.
     assert not MemorySummary.objects.exists()
     assert AgentRun.objects.get(pk=body["run_id"]).status == "completed"
+
+
+@pytest.mark.django_db
+def test_the_long_term_store_is_asked_only_once_a_turn_has_left_the_window(
+    api, user, memory, settings
+):
+    # A long-term store that cannot be reached: asking it shows as a failed memory_read.
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        closed_port = probe.getsockname()[1]
+    settings.CHROMA_URL = f"http://127.0.0.1:{closed_port}"
+    conversation = conversation_create(owner=user)
+
+    # The window holds 4 earlier turns and the new one: the first two questions see every
+    # turn so far; with the third the window is full, and older turns may have left it.
+    first = ask(api, conversation, FACTS[0])
+    (_short, long_term) = steps_of(first, "memory_read")
+    assert long_term.status == "completed"
+    assert long_term.data["searched"] is False
+    ask(api, conversation, FACTS[1])
+    third = ask(api, conversation, FACTS[2])
+    (_short, long_term) = steps_of(third, "memory_read")
+    assert long_term.data["searched"] is True
+    assert long_term.status == "failed"
 
 
 def test_extractive_facts_keep_statements_and_leave_questions_out():
