@@ -16,7 +16,7 @@ from agent.events import follow_run
 from agent.events import step_events as step_events_sync
 from agent.langfuse import langfuse_link, run_get_for_langfuse
 from agent.models import AgentRun
-from agent.runs import run_cancel, run_create, run_get, run_outcome, run_start
+from agent.runs import run_cancel, run_create, run_get, run_meta, run_outcome, run_start
 from agent.schemas import AgentIn, AgentOut, RunListOut, RunOut, RunWithStepsOut
 from agent.sse import HEARTBEAT, frame, sse_response
 from devassist.auth import api_user, require_staff
@@ -78,6 +78,15 @@ async def sse_frames(run_id: uuid.UUID, after_seq: int) -> AsyncIterator[bytes]:
         yield HEARTBEAT if item is None else frame(*item)
 
 
+async def new_run_frames(run: AgentRun) -> AsyncIterator[bytes]:
+    """The SSE frames of a run just created by this request: its ``meta`` event (stored with
+    the run by ``run_create``) goes out at once, without reading it back, then the rest as
+    ``sse_frames`` gives them."""
+    yield frame(1, run_meta(run))
+    async for chunk in sse_frames(run.id, 1):
+        yield chunk
+
+
 @agent_router.post("", response=AgentOut, url_name="agent")
 async def agent(
     request: HttpRequest, payload: AgentIn, query: Query[StreamQuery]
@@ -94,7 +103,7 @@ async def agent(
     )
     task = run_start(run)
     if query.stream:
-        return sse_response(sse_frames(run.id, 0))
+        return sse_response(new_run_frames(run))
     run = await run_outcome(run, task)
     steps = (await step_events([run.id]))[run.id]
     return {

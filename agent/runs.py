@@ -131,6 +131,19 @@ async def run_create(
     return run
 
 
+def run_meta(run: AgentRun) -> dict[str, Any]:
+    """The run's first event, ``meta`` (seq 1), as ``run_create`` stores it."""
+    return {
+        "type": "meta",
+        "conversation_id": str(run.conversation_id) if run.conversation_id else None,
+        "run_id": str(run.id),
+        "trace_id": str(run.trace_id),
+        "agent": run.mode == RunMode.AGENT,
+        "rag": run.mode == RunMode.RAG,
+        "model": run.model,
+    }
+
+
 def _open_run(
     run: AgentRun,
     *,
@@ -183,20 +196,7 @@ def _open_run(
                 writes.append(
                     db.update_statement(conversation, ["last_sequence", "title", "updated_at"])
                 )
-        meta = RunEvent(
-            run_id=run.id,
-            seq=1,
-            type="meta",
-            payload={
-                "type": "meta",
-                "conversation_id": str(run.conversation_id) if run.conversation_id else None,
-                "run_id": str(run.id),
-                "trace_id": str(trace.id),
-                "agent": run.mode == RunMode.AGENT,
-                "rag": run.mode == RunMode.RAG,
-                "model": run.model,
-            },
-        )
+        meta = RunEvent(run_id=run.id, seq=1, type="meta", payload=run_meta(run))
         writes += [
             *db.insert_statements([run]),
             *db.insert_statements(stored),

@@ -11,7 +11,7 @@ from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from ninja import Field as NinjaField
 from ninja import Query, Router, Schema
 
-from agent.api import sse_frames
+from agent.api import new_run_frames
 from agent.sse import sse_response
 from chat.debug import conversation_debug, debug_view_json
 from chat.runs import chat_turn_result, chat_turn_start
@@ -58,7 +58,7 @@ async def chat(
         request_id=getattr(request, "request_id", ""),
     )
     if query.stream:
-        return sse_response(sse_frames(turn.run.id, 0))
+        return sse_response(new_run_frames(turn.run))
     return await chat_turn_result(turn=turn)
 
 
