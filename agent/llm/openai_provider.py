@@ -34,6 +34,8 @@ MAX_SERVER_STOPS = 4
 CANCEL_POLL_S = 0.05
 
 _END = object()
+#: Put in a stream's queue when its ``cancel`` event is set.
+_CANCELLED = object()
 
 
 class OpenAIProvider(OpenAIEndpoint):
@@ -124,13 +126,17 @@ class OpenAIProvider(OpenAIEndpoint):
         state = _StreamState()
         queue: asyncio.Queue[object] = asyncio.Queue()
         pump = asyncio.create_task(self._pump(messages, stops, queue, state), name="llm-stream")
+        # One watcher per stream rather than a cancellable wait per chunk: chunks come often.
+        watcher = asyncio.create_task(_signal_cancel(cancel, queue)) if cancel else None
         cutter = _StopCutter(stops)
         stopped = False
         try:
             while not stopped:
-                item = await _until_cancelled(queue.get(), cancel)
+                item = await queue.get()
                 if item is _END:
                     break
+                if item is _CANCELLED:
+                    raise asyncio.CancelledError
                 if isinstance(item, BaseException):
                     raise item
                 text, stopped = cutter.feed(cast(str, item))
@@ -166,6 +172,8 @@ class OpenAIProvider(OpenAIEndpoint):
             logger.info("llm_call_cancelled", model=self.model, latency_ms=ms_since(started))
             raise
         finally:
+            if watcher is not None:
+                await _cancel(watcher)
             await _cancel(pump)
 
     # -- requests ---------------------------------------------------------------------------
@@ -437,6 +445,15 @@ async def _until_cancelled(awaitable: Awaitable[T], cancel: threading.Event | No
             _raise_if_cancelled(cancel)
     finally:
         await _cancel(task)
+
+
+async def _signal_cancel(cancel: threading.Event, queue: asyncio.Queue[object]) -> None:
+    """Put ``_CANCELLED`` in ``queue`` once ``cancel`` is set (checked every
+    ``CANCEL_POLL_S``)."""
+    # ``cancel`` is a thread's event (tools in threads wait on it too): polled, not awaited.
+    while not cancel.is_set():  # noqa: ASYNC110
+        await asyncio.sleep(CANCEL_POLL_S)
+    queue.put_nowait(_CANCELLED)
 
 
 async def _cancel(task: asyncio.Future[Any]) -> None:
