@@ -17,11 +17,10 @@ from django.urls import reverse
 from django.utils import timezone
 
 from agent.models import AgentRun, RunEvent
-from agent.runs import run_create
 from chat.debug import conversation_debug
 from chat.models import Conversation, Message
 from chat.runs import chat_turn_start
-from chat.services import NewMessage, conversation_start, messages_append
+from chat.services import NewMessage, conversation_create, messages_append
 from tests.agent.test_agent_api import assert_error, post
 from tests.chat.conftest import asgi_client, bearer
 from tests.conftest import token_client
@@ -50,7 +49,8 @@ def debug_url(conversation_id: Any) -> str:
 
 @pytest.mark.django_db
 def test_a_user_who_is_not_a_superuser_gets_403(user, staff_user):
-    conversation = conversation_start(owner=user, history=[NewMessage(role="user", content="hi")])
+    conversation = conversation_create(owner=user)
+    messages_append(conversation_id=conversation.id, messages=[NewMessage("user", "hi")])
     assert_error(
         token_client(user).get(debug_url(conversation.id)),
         HTTPStatus.FORBIDDEN,
@@ -61,7 +61,7 @@ def test_a_user_who_is_not_a_superuser_gets_403(user, staff_user):
     assert_error(
         session.get(debug_url(conversation.id)), HTTPStatus.FORBIDDEN, "superuser_required"
     )
-    staff = conversation_start(owner=staff_user)
+    staff = conversation_create(owner=staff_user)
     assert_error(
         token_client(staff_user).get(debug_url(staff.id)),
         HTTPStatus.FORBIDDEN,
@@ -251,12 +251,22 @@ async def test_a_run_in_progress_shows_its_live_rows_then_the_same_entries_store
 
 @pytest.mark.django_db(transaction=True)
 async def test_a_queued_request_is_its_own_group_until_its_run_starts(superuser):
-    conversation = await sync_to_async(conversation_start)(owner=superuser)
-    run = await run_create(
+    # DevAssist starts its runs as it creates them; a queued run is one that another worker
+    # has taken but not started yet: its message stored, nothing else.
+    conversation = await sync_to_async(conversation_create)(owner=superuser)
+    run = await AgentRun.objects.acreate(
         user=superuser,
-        message="queued question",
+        conversation=conversation,
         request_id="req-1",
+        status="queued",
+        input="queued question",
+        model="fake-model",
+    )
+    await sync_to_async(messages_append)(
         conversation_id=conversation.id,
+        messages=[NewMessage("user", "queued question")],
+        run_id=run.id,
+        request_id="req-1",
     )
     async with asgi_client(await bearer(superuser)) as client:
         body = (await client.get(debug_url(conversation.id))).json()
