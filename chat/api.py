@@ -85,7 +85,11 @@ def get_conversation(request: HttpRequest, conversation_id: uuid.UUID) -> dict[s
     return {**ConversationOut.from_orm(conversation).dict(), "messages": messages}
 
 
-@router.get("/conversations/{conversation_id}/debug", url_name="conversation_debug")
+#: Mounted at /api/conversations: the superuser debug data (docs/debug-panel.md).
+debug_router = Router(tags=["debug"])
+
+
+@debug_router.get("/{conversation_id}/debug", url_name="conversation_debug")
 def debug_conversation(request: HttpRequest, conversation_id: uuid.UUID) -> dict[str, Any]:
     """Superusers only (403 otherwise): the debug panel's data for one of your conversations
     (404 for anyone else's, as for a missing one): every stored message, the live rows of a

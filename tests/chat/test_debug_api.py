@@ -44,6 +44,11 @@ def debug_url(conversation_id: Any) -> str:
     return reverse("api:conversation_debug", args=[conversation_id])
 
 
+def test_the_data_is_at_the_documented_path():
+    conversation_id = uuid.uuid4()
+    assert debug_url(conversation_id) == f"/api/conversations/{conversation_id}/debug"
+
+
 # --- who may read it ------------------------------------------------------------------------------
 
 
