@@ -127,7 +127,11 @@ class OpenAIProvider(OpenAIEndpoint):
         queue: asyncio.Queue[object] = asyncio.Queue()
         pump = asyncio.create_task(self._pump(messages, stops, queue, state), name="llm-stream")
         # One watcher per stream rather than a cancellable wait per chunk: chunks come often.
-        watcher = asyncio.create_task(_signal_cancel(cancel, queue)) if cancel else None
+        watcher = (
+            asyncio.create_task(_signal_cancel(cancel, queue), name="llm-cancel-watch")
+            if cancel
+            else None
+        )
         cutter = _StopCutter(stops)
         stopped = False
         try:
@@ -156,9 +160,12 @@ class OpenAIProvider(OpenAIEndpoint):
                 rest = cutter.flush()
                 if rest:
                     yield LLMChunk(delta=rest)
-            # Close the HTTP stream now: consumers often stop iterating at the response
-            # without closing the generator, and the server may still be generating.
+            # Close the HTTP stream (and stop watching) now: consumers often stop iterating at
+            # the response without closing the generator, and the server may still be
+            # generating.
             await _cancel(pump)
+            if watcher is not None:
+                await _cancel(watcher)
             response = LLMResponse(
                 content=cutter.text,
                 model=state.model or self.model,

@@ -503,6 +503,24 @@ async def test_setting_the_cancel_event_stops_a_stream_between_chunks(
     await wait_for_disconnect(fake_openai)
 
 
+async def test_a_stream_left_at_its_response_leaves_nothing_running(
+    fake_openai: FakeOpenAI, openai_provider: OpenAIProvider
+) -> None:
+    # Callers stop at the response without closing the generator: its HTTP stream and its
+    # cancel watcher end there all the same (a watcher left behind polls until the generator
+    # is collected, a few hundred wakeups per run).
+    fake_openai.script([{"chunks": ["one ", "two"]}])
+    stream = openai_provider.stream(TASK, cancel=threading.Event())
+    async for chunk in stream:
+        if chunk.response is not None:
+            break
+
+    running = {task.get_name() for task in asyncio.all_tasks() if not task.done()}
+    assert "llm-cancel-watch" not in running
+    assert "llm-stream" not in running
+    await stream.aclose()
+
+
 async def test_cancelling_a_task_waiting_for_the_first_chunk_closes_the_stream(
     fake_openai: FakeOpenAI, openai_provider: OpenAIProvider
 ) -> None:
