@@ -39,6 +39,7 @@ from agent.llm.base import ChatMessage, LLMProvider
 from agent.models import MemorySummary
 from chat.models import Message, MessageKind, MessageRole
 from chat.selectors import turns_between, turns_through
+from devassist import db
 
 logger = structlog.get_logger(__name__)
 
@@ -196,8 +197,8 @@ async def recall(*, conversation_id: uuid.UUID, before_sequence: int, query: str
     short-term window, and the long-term facts nearest to ``query``. A failing long-term store
     gives no facts and its error; the database failing raises."""
     memory = short_term_memory()
-    window, cached = await sync_to_async(memory.window)(
-        conversation_id, through_sequence=before_sequence
+    window, cached = await db.in_thread(
+        memory.window, conversation_id, through_sequence=before_sequence
     )
     config = memory_config()
     turns = [t for t in window if t.sequence != before_sequence][-config.short_term_turns :]
@@ -244,7 +245,7 @@ async def consolidate(*, conversation_id: uuid.UUID, llm: LLMProvider) -> Consol
     to do; never raises for the model or the long-term store failing (the result carries the
     error, and the turns stay pending for the next time)."""
     config = memory_config()
-    pending = await sync_to_async(_pending_turns)(conversation_id, config)
+    pending = await db.in_thread(_pending_turns, conversation_id, config)
     if len(pending) < config.summary_threshold:
         return None
     pending = pending[:SUMMARY_MAX_TURNS]
@@ -253,8 +254,8 @@ async def consolidate(*, conversation_id: uuid.UUID, llm: LLMProvider) -> Consol
         facts = await summarise(pending, llm=llm, max_facts=config.max_facts)
         if not facts:
             return None
-        summary_id = await sync_to_async(_store_summary)(
-            conversation_id, first, last, facts, llm.model, config
+        summary_id = await db.in_thread(
+            _store_summary, conversation_id, first, last, facts, llm.model, config
         )
     except Exception as exc:
         logger.warning(

@@ -209,7 +209,8 @@ def _open_run(
 async def _append_messages(run: AgentRun, messages: list[NewMessage]) -> list[Message]:
     """Append to the run's conversation, keeping the short-term memory cache in step."""
     assert run.conversation_id is not None
-    stored = await sync_to_async(messages_append)(
+    stored = await db.in_thread(
+        messages_append,
         conversation_id=run.conversation_id,
         messages=messages,
         run_id=run.id,
@@ -728,12 +729,10 @@ class RunRecorder:
         history to put before the task."""
         assert self.run.trace_id is not None
         assert self.run.conversation_id is not None
-        asked = (
-            await Message.objects.filter(
-                run_id=self.run.id, role=MessageRole.USER, kind=MessageKind.TURN
-            )
+        asked = await db.in_thread(
+            Message.objects.filter(run_id=self.run.id, role=MessageRole.USER, kind=MessageKind.TURN)
             .only("sequence")
-            .afirst()
+            .first
         )
         before = asked.sequence if asked else 0
         recollection = await recall(
@@ -833,7 +832,9 @@ class RunRecorder:
     async def _first_output(self) -> None:
         if not self.first_output:
             self.first_output = True
-            await AgentRun.objects.filter(pk=self.run.id).aupdate(first_output_at=timezone.now())
+            await db.in_thread(
+                AgentRun.objects.filter(pk=self.run.id).update, first_output_at=timezone.now()
+            )
 
     async def finish(
         self, status: str, *, output: str = "", error: str = "", code: str = ""
@@ -848,7 +849,8 @@ class RunRecorder:
                     await self._close_conversation(status, output)
                 except Exception:
                     logger.exception("agent_run_conversation_update_failed")
-            await AgentRun.objects.filter(pk=self.run.id).aupdate(
+            await db.in_thread(
+                AgentRun.objects.filter(pk=self.run.id).update,
                 status=status,
                 output=output,
                 error=error,

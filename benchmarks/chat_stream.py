@@ -17,7 +17,9 @@ For each concurrency level, ``--rounds`` batches of that many concurrent streams
 - **per event**: (time of ``done`` - time of ``meta``) / (events - 1) for each stream: the
   server's cost per event with a model that costs nothing;
 - **errors**: non-200 answers, streams without ``done``, runs that did not complete,
-  exceptions.
+  exceptions;
+- **server CPU per stream**: the server process's CPU time over the level divided by its
+  streams (what one turn costs the one process, whatever else the machine is doing).
 
 Targets: zero errors, first event p50 under 100 ms at 50 concurrent streams. The exit code is 0
 whatever the verdicts. PostgreSQL comes from ``BENCH_DATABASE_URL`` (default
@@ -67,6 +69,23 @@ class Level:
     per_event_ms: list[float] = field(default_factory=list)
     events: list[int] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    #: The server process's CPU time (user + system) over the level, per stream.
+    server_cpu_ms: float = float("nan")
+
+
+def server_cpu_s() -> float:
+    """CPU seconds (user + system) used so far by the DevAssist server, this process's daphne
+    child (read from /proc; NaN where there is none)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            command = (stat.parent / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if int(fields[1]) == os.getpid() and b"daphne" in command:
+            return (int(fields[11]) + int(fields[12])) / tick
+    return float("nan")
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -142,15 +161,18 @@ async def measure(base_url: str, token: str, levels: list[int], rounds: int) -> 
         await asyncio.gather(*(one_stream(client, warmup) for _ in range(5)))
         for concurrency in levels:
             level = Level(concurrency)
+            cpu_before = server_cpu_s()
             for _ in range(rounds):
                 await asyncio.gather(*(one_stream(client, level) for _ in range(concurrency)))
+            level.server_cpu_ms = (server_cpu_s() - cpu_before) * 1000 / (rounds * concurrency)
             results.append(level)
     return results
 
 
 def report(results: list[Level]) -> None:
     print(f"\n{'streams':>8} {'n':>5} {'first p50':>10} {'first p95':>10} "
-          f"{'per-event p50':>14} {'per-event p95':>14} {'events':>7} {'errors':>7}")  # fmt: skip
+          f"{'per-event p50':>14} {'per-event p95':>14} {'events':>7} {'errors':>7} "
+          f"{'server CPU/stream':>18}")  # fmt: skip
     for level in results:
         print(
             f"{level.concurrency:>8} {len(level.first_event_ms):>5} "
@@ -159,7 +181,8 @@ def report(results: list[Level]) -> None:
             f"{percentile(level.per_event_ms, 0.5):>12.2f}ms "
             f"{percentile(level.per_event_ms, 0.95):>12.2f}ms "
             f"{statistics.median(level.events) if level.events else 0:>7} "
-            f"{len(level.errors):>7}"
+            f"{len(level.errors):>7} "
+            f"{level.server_cpu_ms:>16.1f}ms"
         )
         for error in sorted(set(level.errors))[:5]:
             print(f"           error: {error}")

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, ParamSpec, TypeVar, cast
 
+from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connection, connections, models
 from django.db.backends.base.base import BaseDatabaseWrapper
@@ -267,3 +268,10 @@ def released(function: Callable[P, T]) -> Callable[P, T]:
             release_connection()
 
     return call
+
+
+async def in_thread(function: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+    """``function(*args, **kwargs)`` through ``sync_to_async`` (the caller's thread for
+    database work), the connection back in the pool after it (``released``): for the
+    database work of long-lived tasks, such as a run between its model calls."""
+    return await sync_to_async(released(function))(*args, **kwargs)
