@@ -174,6 +174,9 @@ class FakeOpenAI:
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
+    # socketserver's default backlog is 5: a burst of concurrent calls (benchmarks/
+    # chat_stream.py opens 50 at once) would see refused connections, as no real endpoint does.
+    request_queue_size = 128
     fake: FakeOpenAI
 
     def handle_error(self, request: Any, client_address: Any) -> None:
