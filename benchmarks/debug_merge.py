@@ -62,9 +62,9 @@ def configure_environment() -> Path:
     os.environ["SANDBOX_WARM_ON_START"] = "0"
     for name in ("DEBUG", "DATABASE_URL"):
         os.environ.pop(name, None)
-    import django
+    # Start as the server does: Django set up, the routing loaded, then ``gc.freeze()``.
+    import devassist.asgi  # noqa: F401
 
-    django.setup()
     return work
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
@@ -30,3 +31,9 @@ application = ProtocolTypeRouter(
 
 if settings.SANDBOX_WARM_ON_START:
     warm_start()
+
+# Everything loaded so far (Django, the apps, their modules) lives as long as the process: out
+# of the garbage collector's way, full collections only walk what requests and runs create, and
+# their pauses shrink accordingly (the debug panel's merge of 2,000 calls: p95 from about 130 to
+# about 95 ms; benchmarks/debug_merge.py).
+gc.freeze()
