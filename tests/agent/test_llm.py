@@ -7,9 +7,9 @@ import json
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncGenerator, Iterator
 from http import HTTPStatus
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import structlog
@@ -510,7 +510,9 @@ async def test_a_stream_left_at_its_response_leaves_nothing_running(
     # cancel watcher end there all the same (a watcher left behind polls until the generator
     # is collected, a few hundred wakeups per run).
     fake_openai.script([{"chunks": ["one ", "two"]}])
-    stream = openai_provider.stream(TASK, cancel=threading.Event())
+    stream = cast(
+        AsyncGenerator[LLMChunk, None], openai_provider.stream(TASK, cancel=threading.Event())
+    )
     async for chunk in stream:
         if chunk.response is not None:
             break
