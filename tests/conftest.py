@@ -62,6 +62,16 @@ def other_user(django_user_model: Any) -> User:
 
 
 @pytest.fixture
+def superuser(django_user_model: Any) -> User:
+    return django_user_model.objects.create_superuser(username="root", password="pw-root-123")
+
+
+@pytest.fixture
+def other_superuser(django_user_model: Any) -> User:
+    return django_user_model.objects.create_superuser(username="toor", password="pw-toor-123")
+
+
+@pytest.fixture
 def staff_user(django_user_model: Any) -> User:
     return django_user_model.objects.create_user(
         username="carol", password="pw-carol-123", is_staff=True

@@ -152,16 +152,6 @@ def langfuse_on(settings: Any, receiver: LangfuseReceiver) -> LangfuseReceiver:
     return receiver
 
 
-@pytest.fixture
-def superuser(django_user_model: Any) -> Any:
-    return django_user_model.objects.create_superuser(username="root", password="pw-root-123")
-
-
-@pytest.fixture
-def other_superuser(django_user_model: Any) -> Any:
-    return django_user_model.objects.create_superuser(username="toor", password="pw-toor-123")
-
-
 def finished_run(user: Any, **fields: Any) -> AgentRun:
     run = AgentRun.objects.create(
         user=user, input="hi", status=RunStatus.COMPLETED, finished_at=timezone.now()

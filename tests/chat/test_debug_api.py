@@ -30,16 +30,6 @@ SEARCH = 'Thought: I will look it up.\nAction: tool:search_docs\nargs: {"query":
 FINAL = "Thought: found it\nAction: final: Set SANDBOX_MEMORY_MB."
 
 
-@pytest.fixture
-def superuser(django_user_model: Any) -> Any:
-    return django_user_model.objects.create_superuser(username="root", password="pw-root-123")
-
-
-@pytest.fixture
-def other_superuser(django_user_model: Any) -> Any:
-    return django_user_model.objects.create_superuser(username="toor", password="pw-toor-123")
-
-
 def debug_url(conversation_id: Any) -> str:
     return reverse("api:conversation_debug", args=[conversation_id])
 

@@ -32,16 +32,6 @@ HOSTILE_ANSWER = (
 HOSTILE_DOC = '# Notes\n\nThe marker "></pre><img src=x onerror="window.pwned = 2"> ends here.\n'
 
 
-@pytest.fixture
-def root(django_user_model: Any) -> Any:
-    return django_user_model.objects.create_superuser(username="root", password="pw-root-123")
-
-
-@pytest.fixture
-def other_root(django_user_model: Any) -> Any:
-    return django_user_model.objects.create_superuser(username="toor", password="pw-toor-123")
-
-
 def browser_as(user: Any) -> Client:
     client = Client()
     client.force_login(user)
@@ -89,13 +79,13 @@ def embedded_data(html: str) -> dict[str, Any]:
 # --- the switch -------------------------------------------------------------------------------
 
 
-def test_only_superusers_can_switch_debug_mode(user, root):
+def test_only_superusers_can_switch_debug_mode(user, superuser):
     normal = browser_as(user)
     response = switch(normal, True, **HTMX)
     assert response.status_code == HTTPStatus.FORBIDDEN
     assert DEBUG_MODE_SESSION_KEY not in normal.session
 
-    admin = browser_as(root)
+    admin = browser_as(superuser)
     on = switch(admin, True, **HTMX)
     assert on.status_code == HTTPStatus.OK
     assert admin.session[DEBUG_MODE_SESSION_KEY] is True
@@ -113,8 +103,8 @@ def test_only_superusers_can_switch_debug_mode(user, root):
     assert ("aside", {"id": "debug-panel", "hx-swap-oob": "innerHTML"}) in elements(html)
 
 
-def test_the_switch_without_javascript_goes_back_to_a_local_page(root):
-    admin = browser_as(root)
+def test_the_switch_without_javascript_goes_back_to_a_local_page(superuser):
+    admin = browser_as(superuser)
     back = admin.post(reverse("chat:debug_mode"), {"on": "1", "next": "/traces/"})
     assert (back.status_code, back["Location"]) == (HTTPStatus.FOUND, "/traces/")
     away = admin.post(reverse("chat:debug_mode"), {"on": "0", "next": "https://evil.example/"})
@@ -122,13 +112,13 @@ def test_the_switch_without_javascript_goes_back_to_a_local_page(root):
     assert admin.get(reverse("chat:debug_mode")).status_code == HTTPStatus.METHOD_NOT_ALLOWED
 
 
-def test_the_chat_header_offers_the_entry_only_to_a_superuser_in_debug_mode(user, root):
+def test_the_chat_header_offers_the_entry_only_to_a_superuser_in_debug_mode(user, superuser):
     page = browser_as(user).get("/").content.decode()
     assert "debug-mode-switch" not in page
     assert "debug-open" not in page
     assert "debug.js" not in page
 
-    admin = browser_as(root)
+    admin = browser_as(superuser)
     page = admin.get("/").content.decode()
     assert 'id="debug-mode-switch"' in page
     assert 'aria-checked="false"' in page
@@ -145,11 +135,11 @@ def test_the_chat_header_offers_the_entry_only_to_a_superuser_in_debug_mode(user
 
 
 def test_the_panel_is_refused_unless_a_superuser_in_debug_mode_owns_the_conversation(
-    user, root, other_root, scripted
+    user, superuser, other_superuser, scripted
 ):
-    scripted.script(["Hi root.", "Hi toor.", "Hi alice."])
-    mine = chat(root, "hello", use_agent=False)["conversation_id"]
-    theirs = chat(other_root, "hello", use_agent=False)["conversation_id"]
+    scripted.script(["Hi superuser.", "Hi toor.", "Hi alice."])
+    mine = chat(superuser, "hello", use_agent=False)["conversation_id"]
+    theirs = chat(other_superuser, "hello", use_agent=False)["conversation_id"]
     alices = chat(user, "hello", use_agent=False)["conversation_id"]
 
     normal = browser_as(user)
@@ -159,7 +149,7 @@ def test_the_panel_is_refused_unless_a_superuser_in_debug_mode_owns_the_conversa
         assert refused.status_code == HTTPStatus.FORBIDDEN
         assert json.loads(refused["HX-Trigger"]) == {"debug-panel-closed": {"status": 403}}
 
-    admin = browser_as(root)
+    admin = browser_as(superuser)
     off = admin.get(panel_url(mine), headers=HTMX)
     assert off.status_code == HTTPStatus.FORBIDDEN
     assert off.content == b"Debug mode is off."
@@ -174,19 +164,19 @@ def test_the_panel_is_refused_unless_a_superuser_in_debug_mode_owns_the_conversa
     assert foreign["HX-Trigger"] == missing["HX-Trigger"]
 
     # Losing superuser status closes the panel at its next refresh, debug mode or not.
-    root.is_superuser = False
-    root.save(update_fields=["is_superuser"])
+    superuser.is_superuser = False
+    superuser.save(update_fields=["is_superuser"])
     assert admin.get(panel_url(mine), headers=HTMX).status_code == HTTPStatus.FORBIDDEN
 
 
 # --- what the panel shows ---------------------------------------------------------------------
 
 
-def test_the_panel_lists_the_runs_with_counts_timeline_and_the_data(root, scripted):
+def test_the_panel_lists_the_runs_with_counts_timeline_and_the_data(superuser, scripted):
     scripted.script(["First answer.", "Second answer."])
-    first = chat(root, "first question", use_agent=False)
-    chat(root, "second question", use_agent=False, conversation_id=first["conversation_id"])
-    admin = browser_as(root)
+    first = chat(superuser, "first question", use_agent=False)
+    chat(superuser, "second question", use_agent=False, conversation_id=first["conversation_id"])
+    admin = browser_as(superuser)
     switch(admin, True)
 
     response = admin.get(panel_url(first["conversation_id"]), headers=HTMX)
@@ -224,15 +214,15 @@ def test_the_panel_lists_the_runs_with_counts_timeline_and_the_data(root, script
     assert reverse("api:run_langfuse", args=[runs[0]]) in html
 
 
-def test_a_live_run_makes_the_panel_poll(root, scripted):
+def test_a_live_run_makes_the_panel_poll(superuser, scripted):
     scripted.script(["An answer."])
-    answer = chat(root, "hello", use_agent=False)
+    answer = chat(superuser, "hello", use_agent=False)
     conversation = Conversation.objects.get(pk=answer["conversation_id"])
-    admin = browser_as(root)
+    admin = browser_as(superuser)
     switch(admin, True)
     # A second request queued (created, not started): the conversation is live until it ends.
     async_to_sync(run_create)(
-        user=root, message="queued question", mode="chat", conversation_id=conversation.id
+        user=superuser, message="queued question", mode="chat", conversation_id=conversation.id
     )
     html = admin.get(panel_url(conversation.id), headers=HTMX).content.decode()
     panel = next(attrs for _, attrs in elements(html) if attrs.get("id") == "dbg")
@@ -243,23 +233,23 @@ def test_a_live_run_makes_the_panel_poll(root, scripted):
 
 @pytest.fixture
 def hostile_docs(knowledge: Path, tmp_path: Path, settings: Any) -> str:
-    root = tmp_path / "hostile"
-    root.mkdir()
-    (root / "notes.md").write_text(HOSTILE_DOC)
-    ingest_paths(paths=[root], collection="hostile_docs")
+    superuser = tmp_path / "hostile"
+    superuser.mkdir()
+    (superuser / "notes.md").write_text(HOSTILE_DOC)
+    ingest_paths(paths=[superuser], collection="hostile_docs")
     settings.KNOWLEDGE_DEFAULT_COLLECTION = "hostile_docs"
     return "hostile_docs"
 
 
-def test_hostile_stored_text_renders_inert(root, scripted, hostile_docs):
+def test_hostile_stored_text_renders_inert(superuser, scripted, hostile_docs):
     scripted.script(
         [
             'Thought: look it up\nAction: tool:search_docs\nargs: {"query": "marker notes"}',
             f"Thought: done\nAction: final: {HOSTILE_ANSWER}",
         ]
     )
-    answer = chat(root, "find the marker", use_agent=True)
-    admin = browser_as(root)
+    answer = chat(superuser, "find the marker", use_agent=True)
+    admin = browser_as(superuser)
     switch(admin, True)
     html = admin.get(panel_url(answer["conversation_id"]), headers=HTMX).content.decode()
 
