@@ -70,13 +70,13 @@ from unittest import mock
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))  # run as a script: make the project importable
 
-from benchmarks.trace_tree import (  # noqa: E402 - after the path above
+from benchmarks.common import verdict  # noqa: E402 - after the path above
+from benchmarks.trace_tree import (  # noqa: E402
     Measurement,
     QueryCounter,
     configure_environment,
     ensure_database,
     machine_load,
-    verdict,
 )
 
 if TYPE_CHECKING:

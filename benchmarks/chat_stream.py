@@ -46,11 +46,11 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))  # run as a script: make the project importable
 
-from benchmarks.trace_tree import (  # noqa: E402 - after the path above
+from benchmarks.common import percentile, verdict  # noqa: E402 - after the path above
+from benchmarks.trace_tree import (  # noqa: E402
     configure_environment,
     ensure_database,
     machine_load,
-    verdict,
 )
 
 DEFAULT_DATABASE_URL = "postgres://postgres@127.0.0.1:5432/devassist_chat_bench"
@@ -86,13 +86,6 @@ def server_cpu_s() -> float:
         if int(fields[1]) == os.getpid() and b"daphne" in command:
             return (int(fields[11]) + int(fields[12])) / tick
     return float("nan")
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    ordered = sorted(values)
-    if not ordered:
-        return float("nan")
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 def prepare_token() -> str:

@@ -35,7 +35,6 @@ import json
 import os
 import pstats
 import shutil
-import statistics
 import sys
 import tempfile
 import time
@@ -47,6 +46,9 @@ from pathlib import Path
 from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO_ROOT))  # run as a script: make the project importable
+
+from benchmarks.common import Measurement, verdict  # noqa: E402 - after the path above
 
 TARGET_P95_MS = 100.0
 
@@ -54,7 +56,6 @@ TARGET_P95_MS = 100.0
 def configure_environment() -> Path:
     """Settings for the benchmark: a temporary var dir, quiet logs. Returns the temporary
     directory to remove at the end."""
-    sys.path.insert(0, str(REPO_ROOT))
     work = Path(tempfile.mkdtemp(prefix="devassist-bench-debug-"))
     os.environ["DJANGO_SETTINGS_MODULE"] = "devassist.settings"
     os.environ["DEVASSIST_VAR_DIR"] = str(work / "var")
@@ -250,30 +251,6 @@ def naive_merge(rows: Rows) -> int:
 # --- measurements -----------------------------------------------------------------------------
 
 
-@dataclass
-class Measurement:
-    """Wall-clock ``seconds`` of each run, and the process's CPU time of each (``cpu``), which
-    other work on a shared machine inflates less."""
-
-    name: str
-    seconds: list[float] = field(default_factory=list)
-    cpu: list[float] = field(default_factory=list)
-
-    @property
-    def p50_ms(self) -> float:
-        return statistics.median(self.seconds) * 1000
-
-    @property
-    def cpu_p50_ms(self) -> float:
-        return statistics.median(self.cpu) * 1000
-
-    @property
-    def p95_ms(self) -> float:
-        if len(self.seconds) < 2:
-            return self.seconds[0] * 1000
-        return statistics.quantiles(self.seconds, n=20, method="inclusive")[18] * 1000
-
-
 def timed(name: str, repeat: int, run: Callable[[], Any]) -> Measurement:
     for _ in range(3):
         run()
@@ -284,10 +261,6 @@ def timed(name: str, repeat: int, run: Callable[[], Any]) -> Measurement:
         result.seconds.append(time.perf_counter() - started)
         result.cpu.append(time.process_time() - cpu_started)
     return result
-
-
-def verdict(label: str, passed: bool, figure: str) -> None:
-    print(f"  {'PASS' if passed else 'FAIL'}  {label}: {figure}")
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:

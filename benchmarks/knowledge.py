@@ -35,16 +35,19 @@ import os
 import pstats
 import random
 import shutil
-import statistics
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO_ROOT))  # run as a script: make the project importable
+
+from benchmarks.common import Measurement, verdict  # noqa: E402 - after the path above
+
 COLLECTION = "bench_docs"
 SECTIONS_PER_FILE = 20
 VOCABULARY = 4000
@@ -62,7 +65,6 @@ _CHINESE = (
 def configure_environment() -> Path:
     """Settings for the benchmark: a temporary var dir (SQLite) and CHROMA_PATH, the default
     embeddings backend, quiet logs. Returns the temporary directory to remove at the end."""
-    sys.path.insert(0, str(REPO_ROOT))
     work = Path(tempfile.mkdtemp(prefix="devassist-bench-knowledge-"))
     os.environ["DJANGO_SETTINGS_MODULE"] = "devassist.settings"
     os.environ["DEVASSIST_VAR_DIR"] = str(work / "var")
@@ -151,22 +153,6 @@ def make_queries(corpus: Corpus, count: int, seed: int) -> list[str]:
 # --- measurements -----------------------------------------------------------------------------
 
 
-@dataclass
-class Measurement:
-    name: str
-    seconds: list[float] = field(default_factory=list)
-
-    @property
-    def p50_ms(self) -> float:
-        return statistics.median(self.seconds) * 1000
-
-    @property
-    def p95_ms(self) -> float:
-        if len(self.seconds) < 2:
-            return self.seconds[0] * 1000
-        return statistics.quantiles(self.seconds, n=20, method="inclusive")[18] * 1000
-
-
 def timed(name: str, queries: Sequence[str], run: Callable[[str], Any]) -> Measurement:
     for query in queries[:10]:
         run(query)
@@ -176,10 +162,6 @@ def timed(name: str, queries: Sequence[str], run: Callable[[str], Any]) -> Measu
         run(query)
         result.seconds.append(time.perf_counter() - started)
     return result
-
-
-def verdict(label: str, passed: bool, figure: str) -> None:
-    print(f"  {'PASS' if passed else 'FAIL'}  {label}: {figure}")
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:

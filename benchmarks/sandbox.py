@@ -26,25 +26,22 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO_ROOT))  # run as a script: make the project importable
+
+from benchmarks.common import percentile  # noqa: E402 - after the path above
+
 CODE = "print(1+1)"
 TARGET_WARM_P50_MS = 150.0
 TARGET_RATIO = 2.0
 
 
 def setup_django() -> None:
-    sys.path.insert(0, str(REPO_ROOT))
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "devassist.settings")
     os.environ.setdefault("DEVASSIST_VAR_DIR", tempfile.mkdtemp(prefix="devassist-bench-"))
     os.environ.setdefault("LOG_LEVEL", "WARNING")
     import django
 
     django.setup()
-
-
-def percentile(samples: list[float], q: float) -> float:
-    ordered = sorted(samples)
-    index = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
-    return ordered[index]
 
 
 def timed(

@@ -45,6 +45,11 @@ if TYPE_CHECKING:
     from traces.store import OrmTraceStore
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO_ROOT))  # run as a script: make the project importable
+
+from benchmarks import common  # noqa: E402 - after the path above
+from benchmarks.common import verdict  # noqa: E402
+
 DEFAULT_DATABASE_URL = "postgres://postgres@127.0.0.1:5432/devassist_bench"
 BENCH_USERNAME = "trace-benchmark"
 BENCH_AGENT_TYPE = "benchmark"
@@ -70,7 +75,6 @@ def configure_environment(
     """Point the project's settings at a benchmark database (``BENCH_DATABASE_URL`` wins), a
     throwaway var dir and, with ``redis_url``, the Redis channel layer; returns the var dir so
     it can be removed at the end. Subprocesses inherit this environment."""
-    sys.path.insert(0, str(REPO_ROOT))
     var_dir = tempfile.mkdtemp(prefix=var_prefix)
     os.environ["DJANGO_SETTINGS_MODULE"] = "devassist.settings"
     os.environ["DATABASE_URL"] = os.environ.get("BENCH_DATABASE_URL", default_database_url)
@@ -341,22 +345,12 @@ def _delete_old_traces(user: Any) -> None:
 
 
 @dataclass
-class Measurement:
-    name: str
-    seconds: list[float] = field(default_factory=list)
+class Measurement(common.Measurement):
+    """Timings with the queries each request made and the answer's size."""
+
     queries: list[int] = field(default_factory=list)
     size_bytes: int = 0
     requests: int = 1
-
-    @property
-    def p50_ms(self) -> float:
-        return statistics.median(self.seconds) * 1000
-
-    @property
-    def p95_ms(self) -> float:
-        if len(self.seconds) < 2:
-            return self.seconds[0] * 1000
-        return statistics.quantiles(self.seconds, n=20, method="inclusive")[18] * 1000
 
     @property
     def typical_queries(self) -> int:
@@ -698,10 +692,6 @@ def print_verdicts(
         http_ratio >= TARGET_NAIVE_RATIO,
         f"{http_ratio:.1f}x",
     )
-
-
-def verdict(label: str, passed: bool, figure: str) -> None:
-    print(f"  {'PASS' if passed else 'FAIL'}  {label}: {figure}")
 
 
 def machine_load() -> str:
