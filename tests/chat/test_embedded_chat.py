@@ -4,8 +4,10 @@ offline provider, served by daphne."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from http import HTTPStatus
+from pathlib import Path
 
 import httpx
 import pytest
@@ -48,3 +50,27 @@ def test_a_new_user_chats_runs_code_and_finds_the_conversation(
     assert [c["id"] for c in listed["conversations"]] == [meta["conversation_id"]]
     assert [m["role"] for m in shown["messages"]] == ["user", "assistant"]
     assert "2" in shown["messages"][1]["content"]
+
+
+def test_the_readme_offline_chat_example_runs_its_code(
+    embedded: tuple[str, str], sandbox_image: str
+) -> None:
+    # The body exactly as the README gives it for the offline provider.
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    (body,) = [
+        json.loads(raw)
+        for raw in re.findall(r"^  -d '(.*)'$", readme, flags=re.MULTILINE)
+        if "```python" in raw and "use_agent" in raw
+    ]
+    base_url, token = embedded
+    with httpx.Client(
+        base_url=base_url, headers={"Authorization": f"Bearer {token}"}, timeout=60
+    ) as api:
+        events = [event for _, event in sse_events(api.post("/chat?stream=true", json=body).text)]
+
+    assert (events[0]["type"], events[0]["agent"]) == ("meta", True)
+    steps = [event for event in events if event["type"] == "step"]
+    assert [step["tool_name"] for step in steps] == ["execute_code"]
+    assert json.loads(steps[0]["observation"].removeprefix("Observation: "))["stdout"] == "5\n"
+    assert any(event["type"] == "delta" for event in events)
+    assert events[-1] == {"type": "done", "run_id": events[0]["run_id"], "status": "completed"}
