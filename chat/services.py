@@ -109,13 +109,14 @@ def title_from(text: str) -> str:
 
 
 def conversation_rename(*, conversation: Conversation, title: str) -> Conversation:
-    """Set the title (whitespace collapsed, at most ``TITLE_MAX_CHARS``). Raises
-    ``TitleInvalid`` (400) for a blank title."""
+    """Set the title (whitespace collapsed, at most ``TITLE_MAX_CHARS``); the conversation
+    keeps its place in the list, which follows the last message. Raises ``TitleInvalid``
+    (400) for a blank title."""
     cleaned = " ".join(title.split())[:TITLE_MAX_CHARS]
     if not cleaned:
         raise TitleInvalid("The title is blank.")
     conversation.title = cleaned
-    conversation.save(update_fields=["title", "updated_at"])
+    conversation.save(update_fields=["title"])
     return conversation
 
 

@@ -431,6 +431,24 @@ def test_rename_and_delete(api, other_api, user):
 
 
 @pytest.mark.django_db
+def test_renaming_keeps_the_conversation_in_its_place(api, user):
+    older = _titled(user, "older", ("first",))
+    newer = _titled(user, "newer", ("second",))
+
+    api.patch(
+        f"/chat/conversations/{older.id}",
+        data=json.dumps({"title": "renamed"}),
+        content_type="application/json",
+    )
+
+    listed = api.get("/chat/conversations").json()["conversations"]
+    assert [(c["id"], c["title"]) for c in listed] == [
+        (str(newer.id), "newer"),
+        (str(older.id), "renamed"),
+    ]
+
+
+@pytest.mark.django_db
 def test_deleting_a_conversation_forgets_its_long_term_memory(api, user, knowledge):
     from agent.knowledge.store import query_texts, upsert_texts
 
