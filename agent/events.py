@@ -11,7 +11,6 @@ from functools import partial
 from typing import Any
 
 import structlog
-from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 from django.db import transaction
 
@@ -48,7 +47,7 @@ class RunEvents:
 
     async def _emit(self, type_: str, payload: dict[str, Any]) -> dict[str, Any]:
         row = self._next(type_, payload)
-        await _store_event(row)
+        await db.in_thread(_store_event, row)
         await self.publish(row)
         return row.payload
 
@@ -93,8 +92,6 @@ class RunEvents:
             await self._emit("delta", {"content": text})
 
 
-@sync_to_async
-@db.released
 def _store_event(row: RunEvent) -> None:
     with transaction.atomic():
         db.run([*db.skip_flush_wait(), *db.insert_statements([row])])
@@ -114,7 +111,7 @@ async def logged_events(
 ) -> list[tuple[int, dict[str, Any]]]:
     """The run's stored events after ``after_seq`` (up to ``up_to``), a page at most; the
     connection goes back to the pool after the read (a follower mostly waits)."""
-    return await sync_to_async(db.released(_logged_events))(run_id, after_seq, up_to)
+    return await db.in_thread(_logged_events, run_id, after_seq, up_to)
 
 
 def _logged_events(
@@ -147,7 +144,7 @@ async def follow_run(
             try:
                 message = await asyncio.wait_for(layer.receive(channel), heartbeat_s)
             except TimeoutError:
-                if await _finished_without_done(run_id, follower.last):
+                if await db.in_thread(_finished_without_done, run_id, follower.last):
                     return
                 yield None
                 continue
@@ -161,8 +158,6 @@ async def follow_run(
         await layer.group_discard(run_group(run_id), channel)
 
 
-@sync_to_async
-@db.released
 def _finished_without_done(run_id: uuid.UUID, last: int) -> bool:
     """A run whose executor died (a crashed worker) never sends ``done``; stop following it
     once it is marked finished and its log holds nothing newer."""

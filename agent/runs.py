@@ -302,10 +302,9 @@ async def _execute(
     events = RunEvents(run.id, last_seq=1)  # 1 is meta, stored by run_create
     watcher = asyncio.create_task(_watch_for_cancel(run.id, cancel))
     llm = await langfuse_run_started(run=run, llm=get_llm())
-    recorder = RunRecorder(run, events)
+    recorder = RunRecorder(run, events, llm)
     structlog.contextvars.bind_contextvars(run_id=str(run.id), trace_id=str(run.trace_id))
     try:
-        await recorder.start(llm)
         history = await recorder.remember() if run.conversation_id else []
         if run.mode == RunMode.RAG:
             answer = await _answer_from_documents(run, recorder, cancel, collection)
@@ -444,14 +443,16 @@ class RunRecorder:
     """Writes the run into its trace (goal → thought → action → result, and the response)
     through the trace store as it happens, and its SSE events alongside."""
 
-    def __init__(self, run: AgentRun, events: RunEvents) -> None:
+    def __init__(self, run: AgentRun, events: RunEvents, llm: LLMProvider) -> None:
+        """The run, its goal step and its ``meta`` event are stored already (``run_create``);
+        ``llm`` is the model the run calls."""
         self.run = run
         self.events = events
         self.store = get_trace_store()
         self.goal_id = run.id  # run_create gives the goal step the run's id
         self.first_output = False
         self.step_count = 0
-        self.llm: LLMProvider | None = None
+        self.llm = llm
         #: What the model produced and was shown during the run, for the conversation.
         self.transcript: list[NewMessage] = []
         #: Stored with the final answer's message (a RAG answer's ``sources``).
@@ -460,11 +461,6 @@ class RunRecorder:
         #: that writes them if the tool takes longer than ``ACTION_WRITE_DELAY_S``.
         self._unwritten: tuple[StepCreate, StepCreate] | None = None
         self._started_write: asyncio.Task[None] | None = None
-
-    async def start(self, llm: LLMProvider) -> None:
-        """Take the model the run calls; the run, its goal step and its ``meta`` event are
-        stored already (``run_create``)."""
-        self.llm = llm
 
     async def model_replied(self, iteration: Iteration) -> None:
         response, parsed = iteration.response, iteration.parsed
@@ -794,14 +790,14 @@ class RunRecorder:
                     role=MessageRole.ASSISTANT,
                     content=output,
                     metadata={
-                        "model": self.llm.model if self.llm else "",
+                        "model": self.llm.model,
                         "mode": self.run.mode,
                         **self.answer_metadata,
                     },
                 )
             )
         await _append_messages(self.run, messages)
-        if status != RunStatus.COMPLETED or self.llm is None:
+        if status != RunStatus.COMPLETED:
             return
         done = await consolidate(conversation_id=self.run.conversation_id, llm=self.llm)
         if done is None:

@@ -256,9 +256,8 @@ def release_connection() -> None:
     connection.close()
 
 
-def released(function: Callable[P, T]) -> Callable[P, T]:
-    """``function``, then ``release_connection`` (for ``sync_to_async`` calls of long-lived
-    tasks)."""
+def _released(function: Callable[P, T]) -> Callable[P, T]:
+    """``function``, then ``release_connection``."""
 
     @functools.wraps(function)
     def call(*args: P.args, **kwargs: P.kwargs) -> T:
@@ -274,4 +273,4 @@ async def in_thread(function: Callable[P, T], *args: P.args, **kwargs: P.kwargs)
     """``function(*args, **kwargs)`` through ``sync_to_async`` (the caller's thread for
     database work), the connection back in the pool after it (``released``): for the
     database work of long-lived tasks, such as a run between its model calls."""
-    return await sync_to_async(released(function))(*args, **kwargs)
+    return await sync_to_async(_released(function))(*args, **kwargs)

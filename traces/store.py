@@ -630,8 +630,8 @@ class OrmTraceStore:
         status: str = TraceStatus.COMPLETED,
         total_duration_ms: int | None = None,
     ) -> Trace:
-        trace, events = await sync_to_async(db.released(self._complete_trace))(
-            trace_id, status, total_duration_ms
+        trace, events = await db.in_thread(
+            self._complete_trace, trace_id, status, total_duration_ms
         )
         await self.publish(trace_id, events)
         return trace
@@ -683,8 +683,8 @@ class OrmTraceStore:
         finished step) in the same transaction. Raises ``BatchTooLarge``, ``InvalidParent``,
         ``StepIdConflict``, ``InvalidStep``, ``StepNotFound``, ``TraceNotFound``,
         ``TraceNotRunning``; a rejected batch writes nothing."""
-        result, events = await sync_to_async(db.released(self.add_steps_sync))(
-            trace_id, steps, updates, with_rows
+        result, events = await db.in_thread(
+            self.add_steps_sync, trace_id, steps, updates, with_rows
         )
         await self.publish(trace_id, events)
         return result
@@ -901,9 +901,7 @@ class OrmTraceStore:
     ) -> Step:
         """Apply ``changes`` (a subset of ``UPDATABLE_STEP_FIELDS``), keep rollups right, and
         emit ``step_updated`` with the changed fields (``data`` as its preview)."""
-        step, events = await sync_to_async(db.released(self.update_step_sync))(
-            trace_id, step_id, changes
-        )
+        step, events = await db.in_thread(self.update_step_sync, trace_id, step_id, changes)
         await self.publish(trace_id, events)
         return step
 
