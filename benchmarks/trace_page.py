@@ -43,7 +43,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.common import verdict
+from benchmarks.common import Measurement, verdict
 from benchmarks.trace_tree import (
     BENCH_USERNAME,
     COUNTER,
@@ -71,22 +71,12 @@ class Built:
 
 
 @dataclass
-class Timed:
-    name: str
-    seconds: list[float] = field(default_factory=list)
+class Timed(Measurement):
+    """Timings of a page with the queries, size and rows of each render."""
+
     queries: list[int] = field(default_factory=list)
     size: int = 0
     rows: int = 0
-
-    @property
-    def p50_ms(self) -> float:
-        return statistics.median(self.seconds) * 1000
-
-    @property
-    def p95_ms(self) -> float:
-        if len(self.seconds) < 2:
-            return self.seconds[0] * 1000
-        return statistics.quantiles(self.seconds, n=20, method="inclusive")[18] * 1000
 
 
 def bulk_steps(trace: Any, items: Sequence[Any]) -> list[Any]:
