@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from agent.knowledge.embeddings import get_embeddings
+from agent.knowledge.ingest import ingest_paths
 from agent.llm import get_llm
 from agent.llm.openai_provider import OpenAIProvider
 from tests.agent.fake_openai import FakeOpenAI
@@ -63,3 +64,19 @@ def scripted(fake_openai: Any, settings: Any) -> Iterator[Any]:
     get_llm.cache_clear()
     yield fake_openai
     get_llm.cache_clear()
+
+
+@pytest.fixture
+def guide(knowledge: Path, tmp_path: Path, settings: Any) -> str:
+    """A default collection ``guide_docs`` with two short documents."""
+    root = tmp_path / "docs"
+    root.mkdir()
+    (root / "sandbox.md").write_text(
+        "# Sandbox\n\nCode runs in Docker containers.\n\n## Memory\n\n"
+        "Each container gets 256 MB by default. Set SANDBOX_MEMORY_MB to change the memory "
+        "limit. Swap is disabled.\n"
+    )
+    (root / "models.md").write_text("# Models\n\nSet LLM_BASE_URL to use a real model.\n")
+    ingest_paths(paths=[root], collection="guide_docs")
+    settings.KNOWLEDGE_DEFAULT_COLLECTION = "guide_docs"
+    return "guide_docs"

@@ -3,52 +3,17 @@ client against the scripted OpenAI-compatible server) citing numbered passages."
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from agent.knowledge.answers import extractive_answer, source_label, strip_sources_block
-from agent.knowledge.ingest import SourceFile, ingest_files, ingest_paths
+from agent.knowledge.ingest import SourceFile, ingest_files
 from agent.knowledge.rag import SYSTEM_PROMPT, rag_answer
 from agent.knowledge.store import CollectionNotFound
-from agent.llm import get_llm
 from tests.agent.fake_openai import FakeOpenAI
 
 pytestmark = pytest.mark.usefixtures("knowledge")
-
-
-@pytest.fixture
-def guide(tmp_path: Path, settings: Any) -> str:
-    root = tmp_path / "docs"
-    root.mkdir()
-    (root / "sandbox.md").write_text(
-        "# Sandbox\n\nCode runs in Docker containers.\n\n## Memory\n\n"
-        "Each container gets 256 MB by default. Set SANDBOX_MEMORY_MB to change the memory "
-        "limit. Swap is disabled.\n"
-    )
-    (root / "models.md").write_text("# Models\n\nSet LLM_BASE_URL to use a real model.\n")
-    ingest_paths(paths=[root], collection="guide_docs")
-    settings.KNOWLEDGE_DEFAULT_COLLECTION = "guide_docs"
-    return "guide_docs"
-
-
-@pytest.fixture
-def scripted_llm(fake_openai: FakeOpenAI, settings: Any) -> Iterator[FakeOpenAI]:
-    settings.LLM = {
-        "BACKEND": "agent.llm.openai_provider.OpenAIProvider",
-        "OPTIONS": {
-            "base_url": fake_openai.base_url,
-            "api_key": "test-key",
-            "model": "fake-model",
-            "timeout_s": 5,
-            "max_retries": 0,
-        },
-    }
-    get_llm.cache_clear()
-    yield fake_openai
-    get_llm.cache_clear()
 
 
 async def test_offline_answer_quotes_the_best_chunks_with_sources(guide: str) -> None:
@@ -88,9 +53,9 @@ async def test_an_unknown_collection_raises(guide: str) -> None:
 
 
 async def test_a_real_provider_answers_from_numbered_passages(
-    guide: str, scripted_llm: FakeOpenAI
+    guide: str, scripted: FakeOpenAI
 ) -> None:
-    scripted_llm.script(
+    scripted.script(
         ["Set SANDBOX_MEMORY_MB; the default is 256 MB [1].\n\nSources:\n1. sandbox.md (chunk 1)\n"]
     )
 
@@ -100,7 +65,7 @@ async def test_a_real_provider_answers_from_numbered_passages(
         "Set SANDBOX_MEMORY_MB; the default is 256 MB [1].\n\nSources:\n1. sandbox.md#1"
     )
     assert [s.label for s in result.sources] == ["sandbox.md#1"]
-    [request] = scripted_llm.requests
+    [request] = scripted.requests
     system, user = request["messages"]
     assert system == {"role": "system", "content": SYSTEM_PROMPT}
     assert user["content"].startswith("Passages:\n\n[1] (sandbox.md#1, Memory)\nMemory Each")
@@ -109,9 +74,9 @@ async def test_a_real_provider_answers_from_numbered_passages(
 
 
 async def test_an_answer_without_citations_lists_every_passage(
-    guide: str, scripted_llm: FakeOpenAI
+    guide: str, scripted: FakeOpenAI
 ) -> None:
-    scripted_llm.script(["Use SANDBOX_MEMORY_MB."])
+    scripted.script(["Use SANDBOX_MEMORY_MB."])
 
     result = await rag_answer(question="sandbox memory limit")
 
