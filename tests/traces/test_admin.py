@@ -9,12 +9,11 @@ from typing import Any
 import pytest
 from asgiref.sync import async_to_sync
 from django.contrib.auth.models import User
-from django.db import connection
 from django.test import Client
-from django.test.utils import CaptureQueriesContext
 
 from devassist.models import ApiToken
 from devassist.services import api_token_create
+from tests.traces.admin_pages import change_url, count_queries
 from traces.models import Step, Trace, TraceEvent
 from traces.store import StepCreate, get_trace_store
 
@@ -35,18 +34,6 @@ def make_trace(user: User, *, steps: int = 0, data: Any = None) -> Trace:
         ]
         async_to_sync(store.add_steps)(trace.id, batch)
     return trace
-
-
-def count_queries(client: Client, url: str) -> int:
-    with CaptureQueriesContext(connection) as queries:
-        response = client.get(url)
-    assert response.status_code == HTTPStatus.OK
-    return len(queries)
-
-
-def change_url(obj: Any) -> str:
-    meta = obj._meta
-    return f"/admin/{meta.app_label}/{meta.model_name}/{obj.pk}/change/"
 
 
 @pytest.mark.django_db

@@ -4,17 +4,15 @@ trace admin: pages open, untrusted JSON is escaped, lists use constant queries."
 from __future__ import annotations
 
 from http import HTTPStatus
-from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
-from django.db import connection
 from django.test import Client
-from django.test.utils import CaptureQueriesContext
 
 from agent.models import AgentRun, RunEvent
 from chat.models import Conversation, Message
 from chat.services import NewMessage, conversation_create, messages_append
+from tests.traces.admin_pages import change_url, count_queries
 from tests.traces.factories import add, make_trace, step
 from traces.models import Step
 
@@ -40,18 +38,6 @@ def run_with_messages(user: User, n: int = 2) -> AgentRun:
         run_id=run.id,
     )
     return run
-
-
-def count_queries(client: Client, url: str) -> int:
-    with CaptureQueriesContext(connection) as queries:
-        response = client.get(url)
-    assert response.status_code == HTTPStatus.OK
-    return len(queries)
-
-
-def change_url(obj: Any) -> str:
-    meta = obj._meta
-    return f"/admin/{meta.app_label}/{meta.model_name}/{obj.pk}/change/"
 
 
 @pytest.mark.parametrize(
