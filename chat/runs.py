@@ -33,7 +33,6 @@ logger = structlog.get_logger(__name__)
 MESSAGE_MAX_CHARS = 32_000
 
 
-#: The HTTP status of a failed run, by its stored error code.
 class ChatInputInvalid(BadRequest):
     code = "chat_input_invalid"
 
