@@ -557,10 +557,10 @@ class OrmTraceStore:
         agent_type: str = "devassist",
         metadata: dict[str, Any] | None = None,
     ) -> Trace:
-        trace = await Trace.objects.acreate(
+        trace = Trace(
             user=user, task=task, mode=mode, agent_type=agent_type, metadata=metadata or {}
         )
-        logger.info("trace_created", trace_id=str(trace.id), mode=mode, agent_type=agent_type)
+        await db.in_thread(self.open_trace_sync, trace)
         return trace
 
     def open_trace_sync(
