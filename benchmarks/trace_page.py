@@ -7,8 +7,8 @@ Run from the repository root::
 For each size it builds one trace of the seeded ReAct-like shape of ``benchmarks/trace_tree.py``
 (iterations, uneven fan-out, sub-agents, failures, a few large payloads), then:
 
-0. writes the trace with bulk INSERTs, the rollups the store keeps on write computed in
-   Python (the store's own write path is what ``benchmarks/trace_tree.py`` times);
+0. writes the trace with bulk INSERTs of the rows the store's batch builder makes (the store's
+   own write path is what ``benchmarks/trace_tree.py`` times);
 1. times ``GET /traces/<id>/`` (the first render, skeleton only) through
    ``devassist.asgi.application`` with httpx and a signed-in session, up to ``--repeat`` times
    after a warm-up, and counts its SQL queries; also a deep link (``?step=`` the deepest step)
@@ -81,57 +81,18 @@ class Timed(Measurement):
 
 def bulk_steps(trace: Any, items: Sequence[Any]) -> list[Any]:
     """``items`` (``StepCreate``s, parents first) as ``Step`` rows with everything the store
-    keeps on write (seq, depth, path, children counts, subtree rollups), computed here."""
-    from decimal import Decimal
+    keeps on write (seq, depth, path, children counts, subtree rollups), computed by the
+    store's own batch builder, for ``bulk_create`` (the store's writes take a transaction per
+    1,000 steps; ``benchmarks/trace_tree.py`` times those)."""
+    from traces.store import OrmTraceStore
 
-    from traces.models import Step
-    from traces.projections import data_summary
-
-    rows: dict[uuid.UUID, Any] = {}
-    for seq, item in enumerate(items, start=1):
-        parent = rows.get(item.parent_id) if item.parent_id else None
-        preview, size = data_summary(item.data)
-        failed = item.status == "failed" or bool(item.error)
-        rows[item.id] = Step(
-            id=item.id,
-            trace=trace,
-            parent_id=item.parent_id,
-            seq=seq,
-            depth=parent.depth + 1 if parent else 0,
-            path=[*parent.path, parent.seq] if parent else [],
-            step_type=item.step_type,
-            status=item.status,
-            name=item.name,
-            description=item.description,
-            data=item.data,
-            data_preview=preview,
-            data_bytes=size,
-            error=item.error,
-            started_at=item.started_at,
-            finished_at=item.finished_at,
-            duration_ms=item.duration_ms,
-            tokens=item.tokens,
-            cost=item.cost,
-            subtree_steps=1,
-            subtree_error_count=1 if failed else 0,
-            subtree_tokens=item.tokens,
-            subtree_cost=Decimal(item.cost),
-        )
-    for step in reversed(list(rows.values())):
-        if step.parent_id is not None:
-            parent = rows[step.parent_id]
-            parent.children_count += 1
-            parent.subtree_steps += step.subtree_steps
-            parent.subtree_error_count += step.subtree_error_count
-            parent.subtree_tokens += step.subtree_tokens
-            parent.subtree_cost += step.subtree_cost
-    return list(rows.values())
+    _, steps, _, _, _ = OrmTraceStore()._build_batch(trace, items, assume_new=True)
+    return steps
 
 
 def build(user: Any, count: int, seed: int) -> Built:
-    """One completed trace of ``count`` steps, written with bulk INSERTs (the rollups the store
-    keeps on write computed in Python; ``benchmarks/trace_tree.py`` times the store's own
-    writes)."""
+    """One completed trace of ``count`` steps, written with bulk INSERTs of the rows the store's
+    batch builder makes (``benchmarks/trace_tree.py`` times the store's own writes)."""
     from django.db import connection, transaction
     from django.db.models import Sum
     from django.utils import timezone
