@@ -36,6 +36,7 @@ from agent.llm.base import ChatMessage, LLMProvider, LLMResponse, LLMTimeout, LL
 from agent.loop import AgentCancelled, AgentMaxIterations, Iteration, LoopConfig, run_react
 from agent.memory import consolidate, long_term_message, recall, short_term_memory
 from agent.models import AgentRun, RunEvent, RunMode, RunStatus
+from agent.slots import run_slot
 from agent.tools.registry import ToolContext, ToolNotFound, default_registry
 from chat.models import Conversation, Message, MessageKind, MessageRole
 from chat.selectors import conversation_locked_for
@@ -305,25 +306,26 @@ async def _execute(
     recorder = RunRecorder(run, events, llm)
     structlog.contextvars.bind_contextvars(run_id=str(run.id), trace_id=str(run.trace_id))
     try:
-        history = await recorder.remember() if run.conversation_id else []
-        if run.mode == RunMode.RAG:
-            answer = await _answer_from_documents(run, recorder, cancel, collection)
-        elif run.mode == RunMode.CHAT and llm.writes_free_text:
-            answer = await _chat(run, history, llm, recorder, cancel)
-        else:
-            # The offline provider answers only in the ReAct protocol, and all it can do is
-            # run code it is given: its chat goes through the loop, with the tools.
-            registry = default_registry()
-            answer = await run_react(
-                task=run.input,
-                history=history,
-                llm=llm,
-                tools=registry.subset(run.tools) if run.mode == RunMode.AGENT else registry,
-                recorder=recorder,
-                context=ToolContext(user=run.user, run_id=run.id, cancel=cancel),
-                config=LoopConfig(),
-            )
-        await recorder.finish(RunStatus.COMPLETED, output=answer)
+        async with run_slot():
+            history = await recorder.remember() if run.conversation_id else []
+            if run.mode == RunMode.RAG:
+                answer = await _answer_from_documents(run, recorder, cancel, collection)
+            elif run.mode == RunMode.CHAT and llm.writes_free_text:
+                answer = await _chat(run, history, llm, recorder, cancel)
+            else:
+                # The offline provider answers only in the ReAct protocol, and all it can do
+                # is run code it is given: its chat goes through the loop, with the tools.
+                registry = default_registry()
+                answer = await run_react(
+                    task=run.input,
+                    history=history,
+                    llm=llm,
+                    tools=registry.subset(run.tools) if run.mode == RunMode.AGENT else registry,
+                    recorder=recorder,
+                    context=ToolContext(user=run.user, run_id=run.id, cancel=cancel),
+                    config=LoopConfig(),
+                )
+            await recorder.finish(RunStatus.COMPLETED, output=answer)
     except (AgentCancelled, asyncio.CancelledError):
         await asyncio.shield(recorder.finish(RunStatus.CANCELLED, error="Cancelled."))
     except ApiError as exc:

@@ -23,6 +23,7 @@ import structlog
 
 from agent.llm.base import ChatMessage, LLMChunk, LLMResponse, LLMTimeout, LLMUnavailable, Usage
 from agent.llm.endpoint import OpenAIEndpoint, ms_since
+from agent.slots import slot_released
 
 logger = structlog.get_logger(__name__)
 
@@ -103,7 +104,8 @@ class OpenAIProvider(OpenAIEndpoint):
         task is cancelled; either way the HTTP request is abandoned.
         """
         _raise_if_cancelled(cancel)
-        return await _until_cancelled(self._complete(messages, _stops(stop)), cancel)
+        async with slot_released():
+            return await _until_cancelled(self._complete(messages, _stops(stop)), cancel)
 
     async def stream(
         self,
@@ -136,7 +138,11 @@ class OpenAIProvider(OpenAIEndpoint):
         stopped = False
         try:
             while not stopped:
-                item = await queue.get()
+                if queue.empty():
+                    async with slot_released():
+                        item = await queue.get()
+                else:
+                    item = queue.get_nowait()
                 if item is _END:
                     break
                 if item is _CANCELLED:

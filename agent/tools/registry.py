@@ -33,6 +33,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError, ValidationError, best_match
 from jsonschema.protocols import Validator
 
+from agent.slots import slot_released
 from devassist.errors import ApiError, BadRequest, Conflict, NotFound
 
 logger = structlog.get_logger(__name__)
@@ -391,9 +392,11 @@ def _compile(name: str, schema: Any, *, role: str, object_only: bool = False) ->
 
 
 async def _invoke(tool: Tool, args: dict[str, Any], context: ToolContext) -> Any:
-    if tool.is_async:
-        return await tool.handler(args, context)
-    return await sync_to_async(tool.handler, thread_sensitive=False)(args, context)
+    # A tool's work happens outside the run (a container, a thread): its slot is free meanwhile.
+    async with slot_released():
+        if tool.is_async:
+            return await tool.handler(args, context)
+        return await sync_to_async(tool.handler, thread_sensitive=False)(args, context)
 
 
 def _check_result(entry: _Entry, result: Any) -> None:

@@ -1,0 +1,100 @@
+"""Run slots: how many runs may work in this process at once.
+
+A run does its own work (reading the model's stream, recording its steps and events, building
+prompts) in the process's one event loop and the threads it hands database work to. When many
+runs have work ready at the same moment, sharing the CPU among all of them makes each of them
+slow, and a new request, which needs a few milliseconds of CPU before its ``meta`` event goes
+out, waits behind all of them.
+
+So a run holds one of ``AGENT_RUN_SLOTS`` slots while it works (``run_slot``), and gives it back
+while it waits on something outside the process (``slot_released``): the model's answer or its
+next streamed chunk, a tool (the sandbox, the search). Runs that find no free slot wait in
+arrival order. With a model that takes seconds, nearly every run is waiting at any moment and
+slots are free; with a fast model or a busy machine, at most ``AGENT_RUN_SLOTS`` runs compete
+for the CPU, and requests, which take no slot, get it first. ``AGENT_RUN_SLOTS = 0`` turns the
+limit off.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+
+from django.conf import settings
+
+
+@dataclass
+class _Slot:
+    """One run's claim: the run's own task, and whether it holds a slot right now."""
+
+    task: asyncio.Task[object] | None
+    semaphore: asyncio.Semaphore
+    held: bool = False
+
+
+_current: ContextVar[_Slot | None] = ContextVar("agent_run_slot", default=None)
+# asyncio primitives belong to one event loop; tests and servers may run several.
+_semaphores: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _semaphore() -> asyncio.Semaphore | None:
+    size = int(settings.AGENT_RUN_SLOTS)
+    if size <= 0:
+        return None
+    loop = asyncio.get_running_loop()
+    semaphore = _semaphores.get(loop)
+    if semaphore is None:
+        semaphore = _semaphores[loop] = asyncio.Semaphore(size)
+    return semaphore
+
+
+@asynccontextmanager
+async def run_slot() -> AsyncIterator[None]:
+    """Hold a slot for the block (a run's execution), waiting in turn for one to be free."""
+    semaphore = _semaphore()
+    if semaphore is None:
+        yield
+        return
+    slot = _Slot(task=asyncio.current_task(), semaphore=semaphore)
+    token = _current.set(slot)
+    try:
+        await semaphore.acquire()
+        slot.held = True
+        yield
+    finally:
+        _current.reset(token)
+        if slot.held:
+            slot.held = False
+            semaphore.release()
+
+
+@asynccontextmanager
+async def slot_released() -> AsyncIterator[None]:
+    """Give the running run's slot back for the block (a wait on the model or a tool) and take
+    one again after it, in turn. A cancelled wait leaves without a slot: the run is ending.
+    Outside a run, or in a task the run started, this does nothing."""
+    slot = _current.get()
+    if slot is None or not slot.held or slot.task is not asyncio.current_task():
+        yield
+        return
+    slot.held = False
+    slot.semaphore.release()
+    try:
+        yield
+    except asyncio.CancelledError:
+        raise
+    except BaseException:
+        await _take(slot)
+        raise
+    await _take(slot)
+
+
+async def _take(slot: _Slot) -> None:
+    await slot.semaphore.acquire()
+    slot.held = True

@@ -1,0 +1,240 @@
+"""Run slots (agent/slots.py): at most AGENT_RUN_SLOTS runs work at once, in arrival order, and a
+run's slot is free while it waits on the model or a tool."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from agent.models import AgentRun, RunMode, RunStatus
+from agent.runs import run_create, run_start
+from agent.slots import run_slot, slot_released
+from agent.tools.registry import Tool, ToolContext, ToolRegistry
+
+EMPTY = {"type": "object", "properties": {}, "additionalProperties": False}
+
+
+async def settle() -> None:
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+@pytest.fixture
+def one_slot(settings: Any) -> None:
+    settings.AGENT_RUN_SLOTS = 1
+
+
+async def test_runs_beyond_the_limit_wait_in_arrival_order(settings: Any) -> None:
+    settings.AGENT_RUN_SLOTS = 2
+    order: list[str] = []
+    gate = asyncio.Event()
+
+    async def run(name: str) -> None:
+        async with run_slot():
+            order.append(f"{name} in")
+            await gate.wait()
+            order.append(f"{name} out")
+
+    tasks = [asyncio.create_task(run(name)) for name in "abcd"]
+    await settle()
+    assert order == ["a in", "b in"]  # c and d wait for a slot
+    gate.set()
+    await asyncio.gather(*tasks)
+    assert order[:3] == ["a in", "b in", "a out"]
+    assert order.index("a out") < order.index("c in") < order.index("d in")
+
+
+async def test_no_limit_when_slots_are_zero(settings: Any) -> None:
+    settings.AGENT_RUN_SLOTS = 0
+    inside = 0
+    gate = asyncio.Event()
+
+    async def run() -> None:
+        nonlocal inside
+        async with run_slot():
+            inside += 1
+            await gate.wait()
+
+    tasks = [asyncio.create_task(run()) for _ in range(20)]
+    await settle()
+    assert inside == 20
+    gate.set()
+    await asyncio.gather(*tasks)
+
+
+async def test_a_waiting_run_lets_the_next_one_work_and_takes_a_slot_back_in_turn(
+    one_slot: None,
+) -> None:
+    order: list[str] = []
+    model = asyncio.Event()
+    b_holds = asyncio.Event()
+    b_may_leave = asyncio.Event()
+
+    async def waits_on_the_model() -> None:
+        async with run_slot():
+            order.append("a works")
+            async with slot_released():
+                await model.wait()
+            order.append("a works again")
+
+    async def works() -> None:
+        async with run_slot():
+            order.append("b works")
+            b_holds.set()
+            await b_may_leave.wait()
+            order.append("b done")
+
+    a = asyncio.create_task(waits_on_the_model())
+    await settle()
+    b = asyncio.create_task(works())
+    await b_holds.wait()
+    model.set()  # a's answer is back while b holds the only slot: a waits for it
+    await settle()
+    assert order == ["a works", "b works"]
+    b_may_leave.set()
+    await asyncio.gather(a, b)
+    assert order == ["a works", "b works", "b done", "a works again"]
+
+
+async def test_a_cancelled_wait_leaves_without_a_slot_and_frees_everything(
+    one_slot: None,
+) -> None:
+    waiting = asyncio.Event()
+
+    async def run() -> None:
+        async with run_slot(), slot_released():
+            waiting.set()
+            await asyncio.Event().wait()
+
+    task = asyncio.create_task(run())
+    await waiting.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    # The slot is free once, not twice: two runs now take turns.
+    entered: list[int] = []
+    gate = asyncio.Event()
+
+    async def other(n: int) -> None:
+        async with run_slot():
+            entered.append(n)
+            await gate.wait()
+
+    others = [asyncio.create_task(other(n)) for n in range(2)]
+    await settle()
+    assert entered == [0]
+    gate.set()
+    await asyncio.gather(*others)
+    assert entered == [0, 1]
+
+
+async def test_an_error_in_the_wait_takes_the_slot_back_before_it_propagates(
+    one_slot: None,
+) -> None:
+    async def run() -> str:
+        async with run_slot():
+            try:
+                async with slot_released():
+                    raise ValueError("tool failed")
+            except ValueError:
+                pass  # the loop goes on after a failed tool: it must hold its slot again
+            return "done"
+
+    assert await run() == "done"
+    # Exactly one slot is left: a second holder waits while a first is inside.
+    gate = asyncio.Event()
+    inside: list[int] = []
+
+    async def holder(n: int) -> None:
+        async with run_slot():
+            inside.append(n)
+            await gate.wait()
+
+    tasks = [asyncio.create_task(holder(n)) for n in range(2)]
+    await settle()
+    assert inside == [0]
+    gate.set()
+    await asyncio.gather(*tasks)
+
+
+async def test_release_is_a_no_op_outside_a_run_and_in_a_task_the_run_started(
+    one_slot: None,
+) -> None:
+    async with slot_released():  # outside a run
+        pass
+    gate = asyncio.Event()
+    entered = asyncio.Event()
+
+    async def other_run() -> None:
+        async with run_slot():
+            entered.set()
+
+    async with run_slot():
+
+        async def child() -> None:  # inherits the run's context, but is not the run
+            async with slot_released():
+                await gate.wait()
+
+        task = asyncio.create_task(child())
+        other = asyncio.create_task(other_run())
+        await settle()
+        assert not entered.is_set()  # the child did not give the run's slot away
+        gate.set()
+        await task
+    await other
+    assert entered.is_set()
+
+
+async def test_a_tool_call_frees_the_slot(one_slot: None) -> None:
+    started = asyncio.Event()
+    finish = asyncio.Event()
+
+    async def slow(args: dict[str, Any], context: Any) -> dict[str, Any]:
+        started.set()
+        await finish.wait()
+        return {}
+
+    registry = ToolRegistry(
+        [Tool(name="slow", description="Waits.", parameters=EMPTY, handler=slow)]
+    )
+    context = ToolContext(user=None)
+
+    async def run() -> None:
+        async with run_slot():
+            await registry.call("slow", {}, context)
+
+    tool_run = asyncio.create_task(run())
+    await started.wait()
+    async with run_slot():  # taken while the tool works
+        finish.set()
+    await tool_run
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_run_streaming_from_a_slow_model_does_not_hold_back_another(
+    scripted: Any, one_slot: None, user: Any
+) -> None:
+    # The first call streams slowly, the second answers at once.
+    scripted.script(
+        [
+            {"content": "slow answer", "chunks": ["slow ", "answer"], "chunk_delay_s": 0.5},
+            {"content": "quick answer", "chunks": ["quick ", "answer"]},
+        ]
+    )
+    slow = await run_create(user=user, message="first", mode=RunMode.CHAT)
+    slow_task = run_start(slow)
+    for _ in range(200):  # until the slow call is under way (the script's first reply taken)
+        if len(scripted.requests) == 1:
+            break
+        await asyncio.sleep(0.01)
+    quick = await run_create(user=user, message="second", mode=RunMode.CHAT)
+    quick_task = run_start(quick)
+    done, _ = await asyncio.wait({slow_task, quick_task}, return_when=asyncio.FIRST_COMPLETED)
+    assert done == {quick_task}
+    await slow_task
+    runs = {r.input: r async for r in AgentRun.objects.filter(pk__in=[slow.id, quick.id])}
+    assert runs["first"].status == runs["second"].status == RunStatus.COMPLETED
+    assert runs["first"].output == "slow answer"
+    assert runs["second"].output == "quick answer"
