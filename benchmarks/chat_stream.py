@@ -17,7 +17,10 @@ Two ways of loading the server, for each concurrency level N:
   as soon as its last one ends (what ``ab -c N`` or ``hey -c N`` do), for ``--seconds``; the
   streams started in the first ``--warmup`` seconds are not counted;
 - **burst**: ``--rounds`` times, N streams sent in the same instant, each round after the last
-  one has ended: N requests that arrive together (the worst case for the first event).
+  one has ended: N requests that arrive together (the worst case for the first event);
+- **burst GET**, the baseline: the same bursts of the lightest authenticated API request
+  (``GET /chat/conversations?limit=1``), its "first event" being its response's headers. What
+  N requests arriving together cost this process before any of them does its own work.
 
 Figures per level and way:
 
@@ -156,6 +159,28 @@ async def one_stream(client: object, level: Level, *, timed: bool = True) -> Non
     level.events.append(events)
 
 
+async def one_get(client: object, level: Level) -> None:
+    """The baseline: the lightest authenticated API request (one page of one conversation
+    title, one query after the token's); its time to the response's headers is its "first
+    event"."""
+    import httpx
+
+    assert isinstance(client, httpx.AsyncClient)
+    started = time.perf_counter()
+    try:
+        async with client.stream("GET", "/chat/conversations?limit=1") as response:
+            first = time.perf_counter()
+            await response.aread()
+            if response.status_code != 200:
+                level.errors.append(f"HTTP {response.status_code}")
+                return
+    except Exception as exc:
+        level.errors.append(f"{type(exc).__name__}: {exc}")
+        return
+    level.first_event_ms.append((first - started) * 1000)
+    level.done_ms.append((time.perf_counter() - started) * 1000)
+
+
 async def sustained(client: object, concurrency: int, seconds: float, warmup: float) -> Level:
     """``concurrency`` clients each keeping one stream open for ``seconds``. The streams
     started in the first ``warmup`` seconds are not in the latency figures; the CPU per stream
@@ -178,12 +203,17 @@ async def sustained(client: object, concurrency: int, seconds: float, warmup: fl
     return level
 
 
-async def burst(client: object, concurrency: int, rounds: int) -> Level:
-    """``rounds`` times, ``concurrency`` streams sent together, each round after the last."""
-    level = Level(concurrency, "burst")
+async def burst(client: object, concurrency: int, rounds: int, *, baseline: bool = False) -> Level:
+    """``rounds`` times, ``concurrency`` streams (``baseline``: ``one_get`` requests) sent
+    together, each round after the last."""
+    level = Level(concurrency, "burst GET" if baseline else "burst")
     cpu_before = server_cpu_s()
     for _ in range(rounds):
-        await asyncio.gather(*(one_stream(client, level) for _ in range(concurrency)))
+        calls = (
+            one_get(client, level) if baseline else one_stream(client, level)
+            for _ in range(concurrency)
+        )
+        await asyncio.gather(*calls)
     level.server_cpu_ms = (server_cpu_s() - cpu_before) * 1000 / (rounds * concurrency)
     return level
 
@@ -211,6 +241,7 @@ async def measure(
                 results.append(level)
             if args.rounds > 0:
                 results.append(await burst(client, concurrency, args.rounds))
+                results.append(await burst(client, concurrency, args.rounds, baseline=True))
     return results
 
 
@@ -233,6 +264,17 @@ def report(results: list[Level]) -> None:
         )
         for error in sorted(set(level.errors))[:5]:
             print(f"           error: {error}")
+    print()
+    by_load = {(level.load, level.concurrency): level for level in results}
+    for (load, concurrency), level in by_load.items():
+        baseline = by_load.get(("burst GET", concurrency))
+        if load == "burst" and baseline is not None:
+            chat = percentile(level.first_event_ms, 0.5)
+            get = percentile(baseline.first_event_ms, 0.5)
+            print(
+                f"burst of {concurrency}: first event p50 {chat:.1f} ms, "
+                f"{chat / get:.1f}x the authenticated GET's {get:.1f} ms"
+            )
     print()
     top = max(level.concurrency for level in results)
     verdict(
