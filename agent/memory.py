@@ -135,6 +135,17 @@ class ShortTermMemory:
                     cached.turns.append(Turn(message.role, message.content, message.sequence))
             cached.through = messages[-1].sequence
 
+    def holds_whole(self, conversation_id: uuid.UUID, *, through_sequence: int) -> bool:
+        """Whether the cached window is the conversation's every turn up to
+        ``through_sequence``: read or extended through it, and not full."""
+        with self._lock:
+            cached = self._windows.get(conversation_id)
+            return (
+                cached is not None
+                and cached.through == through_sequence
+                and len(cached.turns) < self.size
+            )
+
     def forget(self, conversation_id: uuid.UUID) -> None:
         with self._lock:
             self._windows.pop(conversation_id, None)
@@ -239,12 +250,20 @@ class Consolidation:
     error: str = ""
 
 
-async def consolidate(*, conversation_id: uuid.UUID, llm: LLMProvider) -> Consolidation | None:
+async def consolidate(
+    *, conversation_id: uuid.UUID, llm: LLMProvider, through_sequence: int | None = None
+) -> Consolidation | None:
     """Summarise the turns that fell out of the short-term window once at least
     ``summary_threshold`` of them are not summarised yet. Returns None when there is nothing
     to do; never raises for the model or the long-term store failing (the result carries the
-    error, and the turns stay pending for the next time)."""
+    error, and the turns stay pending for the next time). With ``through_sequence`` (the
+    conversation's last message), a conversation whose every turn the short-term cache holds
+    has none out of the window, and the database is not asked."""
     config = memory_config()
+    if through_sequence is not None and short_term_memory().holds_whole(
+        conversation_id, through_sequence=through_sequence
+    ):
+        return None
     pending = await db.in_thread(_pending_turns, conversation_id, config)
     if len(pending) < config.summary_threshold:
         return None

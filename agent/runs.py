@@ -798,10 +798,14 @@ class RunRecorder:
                     },
                 )
             )
-        await _append_messages(self.run, messages)
+        stored = await _append_messages(self.run, messages)
         if status != RunStatus.COMPLETED:
             return
-        done = await consolidate(conversation_id=self.run.conversation_id, llm=self.llm)
+        done = await consolidate(
+            conversation_id=self.run.conversation_id,
+            llm=self.llm,
+            through_sequence=stored[-1].sequence,
+        )
         if done is None:
             return
         await self.store.add_step(

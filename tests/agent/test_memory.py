@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import socket
+import uuid
 from collections.abc import Iterator
 from http import HTTPStatus
 from pathlib import Path
@@ -13,11 +14,13 @@ from typing import Any
 import pytest
 from django.db import connection
 
+import agent.memory
 from agent.llm import get_llm
 from agent.memory import (
     MEMORY_PREFIX,
     ShortTermMemory,
     Turn,
+    consolidate,
     extractive_facts,
     memory_config,
     short_term_memory,
@@ -205,6 +208,50 @@ def test_the_cache_holds_at_most_its_capacity_of_conversations(user):
     assert len(memory) == 2
     assert memory.window(conversations[0].id, through_sequence=1)[1] is False
     assert memory.window(conversations[2].id, through_sequence=1)[1] is True
+
+
+@pytest.mark.django_db
+def test_the_cache_knows_when_it_holds_a_whole_conversation(user):
+    memory = ShortTermMemory(turns=2, conversations=2)
+    conversation = conversation_create(owner=user)
+    assert not memory.holds_whole(conversation.id, through_sequence=0)  # nothing cached
+    first = messages_append(conversation_id=conversation.id, messages=[NewMessage("user", "m1")])
+    memory.window(conversation.id, through_sequence=1)
+    assert memory.holds_whole(conversation.id, through_sequence=1)
+    assert not memory.holds_whole(conversation.id, through_sequence=2)  # written elsewhere since
+
+    more = messages_append(
+        conversation_id=conversation.id,
+        messages=[NewMessage("assistant", "m2"), NewMessage("user", "m3")],
+    )
+    memory.appended(conversation.id, more)
+    # Three turns fill the window (2 + the newest): older turns may exist beyond it.
+    assert not memory.holds_whole(conversation.id, through_sequence=3)
+    assert first[0].sequence == 1
+
+
+async def test_consolidation_asks_the_database_only_when_turns_may_have_left_the_window(
+    monkeypatch: pytest.MonkeyPatch, memory: Any
+) -> None:
+    asked: list[uuid.UUID] = []
+
+    def pending(conversation_id: uuid.UUID, config: Any) -> list[Turn]:
+        asked.append(conversation_id)
+        return []
+
+    monkeypatch.setattr(agent.memory, "_pending_turns", pending)
+    cache = short_term_memory()
+    whole, full = uuid.uuid4(), uuid.uuid4()
+    monkeypatch.setattr(
+        cache, "holds_whole", lambda conversation_id, *, through_sequence: conversation_id == whole
+    )
+    llm = get_llm()
+
+    assert await consolidate(conversation_id=whole, llm=llm, through_sequence=3) is None
+    assert asked == []
+    assert await consolidate(conversation_id=full, llm=llm, through_sequence=9) is None
+    assert await consolidate(conversation_id=whole, llm=llm) is None
+    assert asked == [full, whole]  # without a sequence the cache cannot vouch for anything
 
 
 # --- long-term ----------------------------------------------------------------------------------

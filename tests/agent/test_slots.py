@@ -98,6 +98,24 @@ async def test_a_waiting_run_lets_the_next_one_work_and_takes_a_slot_back_in_tur
     assert order == ["a works", "b works", "b done", "a works again"]
 
 
+async def assert_exactly_one_slot_free() -> None:
+    """Two runs arriving now take turns: one slot is free, not none and not two."""
+    entered: list[int] = []
+    gate = asyncio.Event()
+
+    async def run(n: int) -> None:
+        async with run_slot():
+            entered.append(n)
+            await gate.wait()
+
+    runs = [asyncio.create_task(run(n)) for n in range(2)]
+    await settle()
+    assert entered == [0]
+    gate.set()
+    await asyncio.gather(*runs)
+    assert entered == [0, 1]
+
+
 async def test_a_cancelled_wait_leaves_without_a_slot_and_frees_everything(
     one_slot: None,
 ) -> None:
@@ -113,50 +131,38 @@ async def test_a_cancelled_wait_leaves_without_a_slot_and_frees_everything(
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    # The slot is free once, not twice: two runs now take turns.
-    entered: list[int] = []
-    gate = asyncio.Event()
-
-    async def other(n: int) -> None:
-        async with run_slot():
-            entered.append(n)
-            await gate.wait()
-
-    others = [asyncio.create_task(other(n)) for n in range(2)]
-    await settle()
-    assert entered == [0]
-    gate.set()
-    await asyncio.gather(*others)
-    assert entered == [0, 1]
+    await assert_exactly_one_slot_free()
 
 
 async def test_an_error_in_the_wait_takes_the_slot_back_before_it_propagates(
     one_slot: None,
 ) -> None:
-    async def run() -> str:
+    caught = asyncio.Event()
+    finish = asyncio.Event()
+    other_entered = asyncio.Event()
+
+    async def run() -> None:
         async with run_slot():
             try:
                 async with slot_released():
                     raise ValueError("tool failed")
             except ValueError:
-                pass  # the loop goes on after a failed tool: it must hold its slot again
-            return "done"
+                caught.set()  # the loop goes on after a failed tool, holding its slot again
+            await finish.wait()
 
-    assert await run() == "done"
-    # Exactly one slot is left: a second holder waits while a first is inside.
-    gate = asyncio.Event()
-    inside: list[int] = []
-
-    async def holder(n: int) -> None:
+    async def other() -> None:
         async with run_slot():
-            inside.append(n)
-            await gate.wait()
+            other_entered.set()
 
-    tasks = [asyncio.create_task(holder(n)) for n in range(2)]
+    failing = asyncio.create_task(run())
+    await caught.wait()
+    waiting = asyncio.create_task(other())
     await settle()
-    assert inside == [0]
-    gate.set()
-    await asyncio.gather(*tasks)
+    assert not other_entered.is_set()
+    finish.set()
+    await asyncio.gather(failing, waiting)
+    assert other_entered.is_set()
+    await assert_exactly_one_slot_free()
 
 
 async def test_release_is_a_no_op_outside_a_run_and_in_a_task_the_run_started(
