@@ -87,9 +87,18 @@ class RunEvents:
             await self.flush_delta()
 
     async def flush_delta(self) -> None:
-        if self._delta:
-            text, self._delta = self._delta, ""
-            await self._emit("delta", {"content": text})
+        row = self.take_delta()
+        if row is not None:
+            await db.in_thread(_store_event, row)
+            await self.publish(row)
+
+    def take_delta(self) -> RunEvent | None:
+        """The queued answer text as the next event, unsaved, for a writer that stores it in
+        a transaction of its own (``publish`` it once stored); None when nothing is queued."""
+        if not self._delta:
+            return None
+        text, self._delta = self._delta, ""
+        return self._next("delta", {"content": text})
 
 
 def _store_event(row: RunEvent) -> None:

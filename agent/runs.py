@@ -371,8 +371,11 @@ async def _chat(
         response = LLMResponse(
             content=text, model=llm.model, latency_ms=int((time.monotonic() - started) * 1000)
         )
-    await recorder.model_called(response, started_at=started_at)
-    await recorder.answered(response.content, streamed=True)
+    await recorder.answered(
+        response.content,
+        streamed=True,
+        model_call=recorder.model_call(response, name="chat", started_at=started_at),
+    )
     return response.content
 
 
@@ -469,7 +472,7 @@ class RunRecorder:
         assert response is not None
         assert parsed is not None
         assert self.run.trace_id is not None
-        thought = self._model_call(
+        thought = self.model_call(
             response,
             name=f"iteration {iteration.index}",
             started_at=iteration.started_at,
@@ -596,14 +599,7 @@ class RunRecorder:
         )
         await self._first_output()
 
-    async def model_called(self, response: LLMResponse, *, started_at: float) -> None:
-        """A chat run's model call, as a ``thought`` step."""
-        assert self.run.trace_id is not None
-        await self.store.add_step(
-            self.run.trace_id, self._model_call(response, name="chat", started_at=started_at)
-        )
-
-    def _model_call(
+    def model_call(
         self,
         response: LLMResponse,
         *,
@@ -703,22 +699,34 @@ class RunRecorder:
         await self._first_output()
 
     async def answered(
-        self, answer: str, *, streamed: bool, data: dict[str, Any] | None = None
+        self,
+        answer: str,
+        *,
+        streamed: bool,
+        data: dict[str, Any] | None = None,
+        model_call: StepCreate | None = None,
     ) -> None:
+        """The answer: its last text as a ``delta`` and its ``response`` step (after
+        ``model_call``, the ``thought`` step of the call that wrote it, if any), stored in one
+        transaction."""
         if not streamed:
             await self.events.delta(answer)
-        await self.events.flush_delta()
         assert self.run.trace_id is not None
-        await self.store.add_step(
-            self.run.trace_id,
-            StepCreate(
-                step_type="response",
-                parent_id=self.goal_id,
-                name="answer",
-                status=StepStatus.COMPLETED,
-                data={"answer": answer, **(data or {})},
-            ),
+        response = StepCreate(
+            step_type="response",
+            parent_id=self.goal_id,
+            name="answer",
+            status=StepStatus.COMPLETED,
+            data={"answer": answer, **(data or {})},
         )
+        delta = self.events.take_delta()
+        await self.store.add_steps(
+            self.run.trace_id,
+            [model_call, response] if model_call is not None else [response],
+            with_rows=[delta] if delta is not None else (),
+        )
+        if delta is not None:
+            await self.events.publish(delta)
         await self._first_output()
 
     async def remember(self) -> list[ChatMessage]:
