@@ -40,17 +40,6 @@ class RunEvents:
         self._delta = ""
         self._delta_since = 0.0
 
-    async def emit(self, type_: str, **payload: Any) -> dict[str, Any]:
-        if type_ != "delta":
-            await self.flush_delta()
-        return await self._emit(type_, payload)
-
-    async def _emit(self, type_: str, payload: dict[str, Any]) -> dict[str, Any]:
-        row = self._next(type_, payload)
-        await db.in_thread(_store_event, row)
-        await self.publish(row)
-        return row.payload
-
     async def prepare(self, type_: str, **payload: Any) -> RunEvent:
         """The next event as an unsaved row, for a writer that stores it in a transaction of
         its own (the trace store, with the step it reports); ``publish`` it once stored."""

@@ -440,6 +440,21 @@ async def _watch_for_cancel(run_id: uuid.UUID, cancel: threading.Event) -> None:
         await layer.group_discard(run_group(run_id), channel)
 
 
+#: What a run's end changes (``RunRecorder.finish``).
+_RUN_END_FIELDS = ["status", "output", "error", "error_code", "finished_at"]
+
+#: A run's trace ends with the run's status (anything else is a failure).
+_TRACE_STATUS: dict[str, str] = {
+    RunStatus.COMPLETED.value: TraceStatus.COMPLETED,
+    RunStatus.CANCELLED.value: TraceStatus.CANCELLED,
+}
+
+
+def _store_run_end(run_end: db.Statement, rows: list[RunEvent]) -> None:
+    with transaction.atomic():
+        db.run([run_end, *db.insert_statements(rows)])
+
+
 def _ms(epoch_s: float) -> int:
     return int(epoch_s * 1000)
 
@@ -859,19 +874,16 @@ class RunRecorder:
                     await self._close_conversation(status, output)
                 except Exception:
                     logger.exception("agent_run_conversation_update_failed")
-            await db.in_thread(
-                AgentRun.objects.filter(pk=self.run.id).update,
-                status=status,
-                output=output,
-                error=error,
-                error_code=code,
-                finished_at=timezone.now(),
-            )
-            trace_status: str = {
-                RunStatus.COMPLETED.value: TraceStatus.COMPLETED,
-                RunStatus.CANCELLED.value: TraceStatus.CANCELLED,
-            }.get(status, TraceStatus.FAILED)
-            assert self.run.trace_id is not None
+            self.run.status, self.run.output = status, output
+            self.run.error, self.run.error_code = error, code
+            self.run.finished_at = timezone.now()
+            run_end = db.update_statement(self.run, _RUN_END_FIELDS)
+            rows = []
+            if error:
+                rows.append(
+                    await self.events.prepare("error", code=code or "cancelled", message=error)
+                )
+            rows.append(await self.events.prepare("done", run_id=str(self.run.id), status=status))
             step_status: str = {
                 RunStatus.COMPLETED.value: StepStatus.COMPLETED,
                 RunStatus.CANCELLED.value: StepStatus.SKIPPED,
@@ -879,13 +891,24 @@ class RunRecorder:
             goal_changes: dict[str, Any] = {"status": step_status}
             if status == RunStatus.FAILED:
                 goal_changes["error"] = error
-            await self.store.add_steps(
-                self.run.trace_id, list(unwritten or ()), updates={self.goal_id: goal_changes}
-            )
-            await self.store.complete_trace(self.run.trace_id, status=trace_status)
-            if error:
-                await self.events.emit("error", code=code or "cancelled", message=error)
-            await self.events.emit("done", run_id=str(self.run.id), status=status)
+            assert self.run.trace_id is not None
+            try:
+                # The run's end, its last events and the trace's end commit together.
+                await self.store.add_steps(
+                    self.run.trace_id,
+                    list(unwritten or ()),
+                    updates={self.goal_id: goal_changes},
+                    with_rows=rows,
+                    with_writes=[run_end],
+                    complete=_TRACE_STATUS.get(status, TraceStatus.FAILED),
+                )
+            except Exception:
+                # The trace would not take it (closed from outside, say): the run's end and
+                # its events are stored all the same, so the run and its stream end.
+                logger.exception("agent_run_trace_close_failed")
+                await db.in_thread(_store_run_end, run_end, rows)
+            for row in rows:
+                await self.events.publish(row)
         except Exception:
             logger.exception("agent_run_finish_failed")
         await langfuse_run_finished(run=self.run, status=status, output=output, error=error)

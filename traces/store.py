@@ -216,6 +216,8 @@ class TraceStore(Protocol):
         *,
         updates: Mapping[uuid.UUID, dict[str, Any]] | None = None,
         with_rows: Sequence[models.Model] = (),
+        with_writes: Sequence[db.Statement] = (),
+        complete: str | None = None,
     ) -> AddedSteps: ...
 
     async def add_step(self, trace_id: uuid.UUID, step: StepCreate) -> Step: ...
@@ -445,6 +447,38 @@ def _locked_running_trace(trace_id: uuid.UUID, *, skip_flush_wait: bool = False)
     return trace
 
 
+#: What completing a trace changes besides ``last_seq``.
+_COMPLETION_FIELDS = ["status", "completed_at", "total_duration_ms"]
+
+
+def _check_final(status: str) -> None:
+    if status not in FINAL_TRACE_STATUSES:
+        raise BadRequest(f"A trace completes as one of {', '.join(FINAL_TRACE_STATUSES)}.")
+
+
+def _completed(trace: Trace, status: str, total_duration_ms: int | None) -> TraceEvent:
+    """Finish the locked ``trace`` as ``status`` (its ``_COMPLETION_FIELDS`` and ``last_seq``,
+    in memory; the caller writes them) and return its ``trace_completed`` event, unsaved."""
+    now = timezone.now()
+    trace.status = status
+    trace.completed_at = now
+    if total_duration_ms is None:
+        total_duration_ms = int((now - trace.created_at).total_seconds() * 1000)
+    trace.total_duration_ms = total_duration_ms
+    trace.last_seq += 1
+    payload = {"trace": trace_dict(trace)}
+    return TraceEvent(trace=trace, seq=trace.last_seq, event="trace_completed", payload=payload)
+
+
+@dataclass(frozen=True)
+class _Extra:
+    """What a batch of steps writes besides them (``OrmTraceStore.add_steps``)."""
+
+    with_rows: Sequence[models.Model] = ()
+    with_writes: Sequence[db.Statement] = ()
+    complete: str | None = None
+
+
 def _step_event(event: str, seq: int, trace: Trace, **payload: Any) -> TraceEvent:
     return TraceEvent(
         trace=trace, seq=seq, event=event, payload={**payload, "totals": trace_totals(trace)}
@@ -639,25 +673,16 @@ class OrmTraceStore:
     def _complete_trace(
         self, trace_id: uuid.UUID, status: str, total_duration_ms: int | None
     ) -> tuple[Trace, list[dict[str, Any]]]:
-        if status not in FINAL_TRACE_STATUSES:
-            raise BadRequest(f"A trace completes as one of {', '.join(FINAL_TRACE_STATUSES)}.")
+        _check_final(status)
         committed: list[dict[str, Any]] = []
         with transaction.atomic():
             trace = _locked_running_trace(trace_id)
-            now = timezone.now()
-            trace.status = status
-            trace.completed_at = now
-            if total_duration_ms is None:
-                total_duration_ms = int((now - trace.created_at).total_seconds() * 1000)
-            trace.total_duration_ms = total_duration_ms
-            trace.last_seq += 1
-            trace.save(update_fields=["status", "completed_at", "total_duration_ms", "last_seq"])
-            trace = Trace.objects.select_related("user").get(pk=trace.pk)
-            event = TraceEvent.objects.create(
-                trace=trace,
-                seq=trace.last_seq,
-                event="trace_completed",
-                payload={"trace": trace_dict(trace)},
+            event = _completed(trace, status, total_duration_ms)
+            db.run(
+                [
+                    db.update_statement(trace, [*_COMPLETION_FIELDS, "last_seq"]),
+                    *db.insert_statements([event]),
+                ]
             )
             payload = [event_dict(event)]
             transaction.on_commit(lambda: committed.extend(payload))
@@ -676,15 +701,26 @@ class OrmTraceStore:
         *,
         updates: Mapping[uuid.UUID, dict[str, Any]] | None = None,
         with_rows: Sequence[models.Model] = (),
+        with_writes: Sequence[db.Statement] = (),
+        complete: str | None = None,
     ) -> AddedSteps:
         """Add a batch atomically, then apply ``updates`` (step id → changes, as
-        ``update_step`` takes them) and insert ``with_rows`` (new model instances of other
-        apps that must commit with these steps or not at all, such as the run's event for a
-        finished step) in the same transaction. Raises ``BatchTooLarge``, ``InvalidParent``,
-        ``StepIdConflict``, ``InvalidStep``, ``StepNotFound``, ``TraceNotFound``,
-        ``TraceNotRunning``; a rejected batch writes nothing."""
+        ``update_step`` takes them), insert ``with_rows`` (new model instances of other apps
+        that must commit with these steps or not at all, such as the run's event for a
+        finished step) and run ``with_writes`` (other apps' writes, such as the run's end) in
+        the same transaction. With ``complete`` (a final status) the batch also completes the
+        trace, as ``complete_trace`` does, and commits durably. Raises ``BatchTooLarge``,
+        ``InvalidParent``, ``StepIdConflict``, ``InvalidStep``, ``StepNotFound``,
+        ``TraceNotFound``, ``TraceNotRunning``, ``BadRequest`` (a status that is not final); a
+        rejected batch writes nothing."""
         result, events = await db.in_thread(
-            self.add_steps_sync, trace_id, steps, updates, with_rows
+            self.add_steps_sync,
+            trace_id,
+            steps,
+            updates,
+            with_rows,
+            with_writes=with_writes,
+            complete=complete,
         )
         await self.publish(trace_id, events)
         return result
@@ -695,6 +731,9 @@ class OrmTraceStore:
         steps: Sequence[StepCreate],
         updates: Mapping[uuid.UUID, dict[str, Any]] | None = None,
         with_rows: Sequence[models.Model] = (),
+        *,
+        with_writes: Sequence[db.Statement] = (),
+        complete: str | None = None,
     ) -> tuple[AddedSteps, list[dict[str, Any]]]:
         """The synchronous core of ``add_steps``; returns the steps and the committed events
         (empty while an outer transaction is still open)."""
@@ -706,19 +745,22 @@ class OrmTraceStore:
         updates = updates or {}
         for changes in updates.values():
             _check_changes(changes)
-        if not steps and not updates and not with_rows:
+        if complete is not None:
+            _check_final(complete)
+        if not steps and not updates and not with_rows and not with_writes and complete is None:
             return AddedSteps(steps=[], created=0), []
+        extra = _Extra(with_rows=with_rows, with_writes=with_writes, complete=complete)
         try:
-            return self._add_steps_once(trace_id, steps, updates, with_rows, assume_new=True)
+            return self._add_steps_once(trace_id, steps, updates, extra, assume_new=True)
         except _ResentIds:
-            return self._add_steps_once(trace_id, steps, updates, with_rows, assume_new=False)
+            return self._add_steps_once(trace_id, steps, updates, extra, assume_new=False)
 
     def _add_steps_once(
         self,
         trace_id: uuid.UUID,
         steps: Sequence[StepCreate],
         updates: Mapping[uuid.UUID, dict[str, Any]],
-        with_rows: Sequence[models.Model],
+        extra: _Extra,
         *,
         assume_new: bool,
     ) -> tuple[AddedSteps, list[dict[str, Any]]]:
@@ -727,7 +769,8 @@ class OrmTraceStore:
         (the transaction rolled back) says they were not."""
         committed: list[dict[str, Any]] = []
         with transaction.atomic():
-            trace = _locked_running_trace(trace_id, skip_flush_wait=True)
+            # A run's steps need not wait for the disk; the trace's end does.
+            trace = _locked_running_trace(trace_id, skip_flush_wait=extra.complete is None)
             stored, new_steps, events, deltas, assumed = self._build_batch(
                 trace, steps, assume_new=assume_new
             )
@@ -742,12 +785,16 @@ class OrmTraceStore:
                 )
                 events.append(event)
                 writes += step_writes
+            changed = [*_TRACE_COUNTERS, "total_steps", "root_count"]
+            if extra.complete is not None:
+                events.append(_completed(trace, extra.complete, None))
+                changed += _COMPLETION_FIELDS
             writes += db.insert_statements(events)
-            for _, rows in itertools.groupby(with_rows, key=type):
+            for _, rows in itertools.groupby(extra.with_rows, key=type):
                 writes += db.insert_statements(list(rows))
             if events:
-                counters = [*_TRACE_COUNTERS, "total_steps", "root_count"]
-                writes.append(db.update_statement(trace, counters))
+                writes.append(db.update_statement(trace, changed))
+            writes += extra.with_writes
             counts = db.run(writes)
             if sum(counts[len(rollups) : len(rollups) + len(inserts)]) != len(new_steps):
                 raise _ResentIds
@@ -756,6 +803,8 @@ class OrmTraceStore:
             transaction.on_commit(lambda: _positions.remember(new_steps))
         if new_steps:
             logger.info("steps_added", trace_id=str(trace_id), count=len(new_steps))
+        if extra.complete is not None:
+            logger.info("trace_completed", trace_id=str(trace_id), status=extra.complete)
         return AddedSteps(steps=stored, created=len(new_steps)), committed
 
     def _build_batch(

@@ -92,3 +92,59 @@ async def test_a_slow_tool_call_shows_its_running_action_while_it_works(tool_run
     assert action.duration_ms >= ACTION_WRITE_DELAY_S * 10 * 1000 * 0.9
     events = await events_of(run.trace_id)
     assert ("step_updated", "", str(action.id)) in events
+
+
+async def test_a_trace_closed_from_outside_still_lets_the_run_end_and_its_stream_finish(
+    scripted: Any, user: Any
+) -> None:
+    from agent.models import AgentRun, RunEvent, RunMode
+    from traces.store import get_trace_store
+
+    scripted.script([{"content": "an answer", "chunks": ["an ", "answer"], "chunk_delay_s": 0.3}])
+    run = await run_create(user=user, message="hello", mode=RunMode.CHAT)
+    task = run_start(run)
+    for _ in range(200):  # until the model call is under way
+        if scripted.requests:
+            break
+        await asyncio.sleep(0.01)
+    assert run.trace_id is not None
+    await get_trace_store().complete_trace(run.trace_id, status="failed")  # e.g. over the API
+
+    await task
+
+    # The answer cannot go into a closed trace, so the run fails; its end is stored anyway, and
+    # its stream gets the error and done (before, it never got done and stayed open).
+    stored = await AgentRun.objects.aget(pk=run.id)
+    assert stored.status == "failed"
+    assert stored.error
+    assert stored.finished_at is not None
+    ends = [e async for e in RunEvent.objects.filter(run_id=run.id).order_by("seq")][-2:]
+    assert [e.type for e in ends] == ["error", "done"]
+    assert ends[1].payload["status"] == "failed"
+    trace = await get_trace_store().get_trace(run.trace_id)
+    assert trace.status == "failed"  # as it was closed
+
+
+async def test_a_run_ends_with_its_trace_in_one_write(scripted: Any, user: Any) -> None:
+    from agent.models import AgentRun, RunEvent, RunMode
+    from traces.store import get_trace_store
+
+    scripted.script([{"content": "an answer", "chunks": ["an ", "answer"]}])
+    run = await run_create(user=user, message="hello", mode=RunMode.CHAT)
+    await run_start(run)
+
+    stored = await AgentRun.objects.aget(pk=run.id)
+    assert run.trace_id is not None
+    trace = await get_trace_store().get_trace(run.trace_id)
+    assert (stored.status, trace.status) == ("completed", "completed")
+    assert stored.finished_at is not None
+    assert trace.completed_at is not None
+    events = [e async for e in TraceEvent.objects.filter(trace_id=trace.id).order_by("seq")]
+    assert events[-1].event == "trace_completed"
+    assert events[-1].payload["trace"]["status"] == "completed"
+    assert events[-1].seq == trace.last_seq
+    types = [e.type async for e in RunEvent.objects.filter(run_id=run.id).order_by("seq")]
+    assert types[0] == "meta"
+    assert types[-1] == "done"
+    goal = await Step.objects.aget(pk=run.id)
+    assert goal.status == "completed"

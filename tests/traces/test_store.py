@@ -374,6 +374,58 @@ def test_rows_of_other_apps_commit_with_the_steps_or_not_at_all(user):
     assert Step.objects.filter(trace=trace).count() == 1
 
 
+def test_a_batch_can_complete_the_trace_with_other_writes_or_not_at_all(user):
+    from devassist import db
+    from devassist.errors import BadRequest
+
+    store = orm_store()
+    trace = make_trace(user)
+    root = step("goal", status="running")
+    add(trace, root)
+    group = Group.objects.create(name="before")
+    group.name = "renamed with the trace's end"
+    rename = db.update_statement(group, ["name"])
+
+    with pytest.raises(BadRequest):
+        async_to_sync(store.add_steps)(trace.id, [], with_writes=[rename], complete="running")
+    with pytest.raises(InvalidParent):
+        async_to_sync(store.add_steps)(
+            trace.id,
+            [step("thought", parent=uuid.uuid4())],
+            with_writes=[rename],
+            complete="completed",
+        )
+    assert Group.objects.get().name == "before"
+    assert Trace.objects.get(pk=trace.id).status == "running"
+
+    answer = step("response", parent=root)
+    async_to_sync(store.add_steps)(
+        trace.id,
+        [answer],
+        updates={root.id: {"status": "completed"}},
+        with_rows=[Group(name="with the end")],
+        with_writes=[rename],
+        complete="completed",
+    )
+    trace.refresh_from_db()
+    assert (trace.status, trace.total_steps, trace.last_seq) == ("completed", 2, 4)
+    assert trace.completed_at is not None
+    assert trace.total_duration_ms is not None
+    events = async_to_sync(store.events_after)(trace.id, 1)
+    assert [(e["event"], e["seq"]) for e in events] == [
+        ("step_added", 2),
+        ("step_updated", 3),
+        ("trace_completed", 4),
+    ]
+    assert events[-1]["trace"]["status"] == "completed"
+    assert sorted(Group.objects.values_list("name", flat=True)) == [
+        "renamed with the trace's end",
+        "with the end",
+    ]
+    with pytest.raises(TraceNotRunning):
+        async_to_sync(store.add_steps)(trace.id, [], complete="failed")
+
+
 def test_a_batch_can_update_steps_in_the_same_transaction(user):
     store = orm_store()
     trace = make_trace(user)
