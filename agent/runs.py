@@ -36,7 +36,7 @@ from agent.llm.base import ChatMessage, LLMProvider, LLMResponse, LLMTimeout, LL
 from agent.loop import AgentCancelled, AgentMaxIterations, Iteration, LoopConfig, run_react
 from agent.memory import consolidate, long_term_message, recall, short_term_memory
 from agent.models import AgentRun, RunEvent, RunMode, RunStatus
-from agent.slots import run_slot
+from agent.slots import run_slot, waiting_for_slot
 from agent.tools.registry import ToolContext, ToolNotFound, default_registry
 from chat.models import Conversation, Message, MessageKind, MessageRole
 from chat.selectors import conversation_locked_for
@@ -240,12 +240,22 @@ async def run_cancel(*, run: AgentRun) -> AgentRun:
     if run.is_finished:
         raise RunFinished(f"Run {run.id} is already {run.status}.", details={"status": run.status})
     await AgentRun.objects.filter(pk=run.id).aupdate(cancel_requested_at=timezone.now())
-    local = _running.get(run.id)
-    if local is not None:
-        local[1].set()
-    else:
+    if not _stop_local(run.id):
         await get_channel_layer().group_send(run_group(run.id), {"type": "run.cancel"})
     return run
+
+
+def _stop_local(run_id: uuid.UUID) -> bool:
+    """Stop a run executing in this process, if it is one: its work watches ``cancel``, and a
+    run waiting for a slot (doing nothing) is cancelled at once."""
+    local = _running.get(run_id)
+    if local is None:
+        return False
+    task, cancel = local
+    cancel.set()
+    if waiting_for_slot(task):
+        task.cancel()
+    return True
 
 
 #: The HTTP status of a run that failed, by its error code (anything else is 500).
@@ -427,14 +437,14 @@ async def _answer_from_documents(
 
 
 async def _watch_for_cancel(run_id: uuid.UUID, cancel: threading.Event) -> None:
-    """Sets ``cancel`` when another worker relays a cancel request."""
+    """Stops the run when another worker relays a cancel request."""
     layer = get_channel_layer()
     channel = await layer.new_channel(prefix="run-control.")
     await layer.group_add(run_group(run_id), channel)
     try:
         while not cancel.is_set():
             message = await layer.receive(channel)
-            if message.get("type") == "run.cancel":
+            if message.get("type") == "run.cancel" and not _stop_local(run_id):
                 cancel.set()
     finally:
         await layer.group_discard(run_group(run_id), channel)

@@ -11,7 +11,8 @@ while it waits on something outside the process (``slot_released``): the model's
 next streamed chunk, a tool (the sandbox, the search). Runs that find no free slot wait in
 arrival order. With a model that takes seconds, nearly every run is waiting at any moment and
 slots are free; with a fast model or a busy machine, at most ``AGENT_RUN_SLOTS`` runs compete
-for the CPU, and requests, which take no slot, get it first. ``AGENT_RUN_SLOTS = 0`` turns the
+for the CPU, and requests, which take no slot, get it first. A run waiting for a slot does
+nothing, so a Stop cancels it at once (``waiting_for_slot``). ``AGENT_RUN_SLOTS = 0`` turns the
 limit off.
 """
 
@@ -23,6 +24,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
+from typing import Any
 
 from django.conf import settings
 
@@ -37,6 +39,8 @@ class _Slot:
 
 
 _current: ContextVar[_Slot | None] = ContextVar("agent_run_slot", default=None)
+# Runs' tasks waiting for a slot (to start, or after a wait): a Stop may cancel them at once.
+_waiting: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()
 # asyncio primitives belong to one event loop; tests and servers may run several.
 _semaphores: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
     weakref.WeakKeyDictionary()
@@ -64,8 +68,7 @@ async def run_slot() -> AsyncIterator[None]:
     slot = _Slot(task=asyncio.current_task(), semaphore=semaphore)
     token = _current.set(slot)
     try:
-        await semaphore.acquire()
-        slot.held = True
+        await _take(slot)
         yield
     finally:
         _current.reset(token)
@@ -95,6 +98,18 @@ async def slot_released() -> AsyncIterator[None]:
     await _take(slot)
 
 
+def waiting_for_slot(task: asyncio.Task[Any]) -> bool:
+    """Whether ``task`` (a run's) is waiting for a slot, doing nothing meanwhile: cancelling
+    it then interrupts no work."""
+    return task in _waiting
+
+
 async def _take(slot: _Slot) -> None:
-    await slot.semaphore.acquire()
+    if slot.task is not None:
+        _waiting.add(slot.task)
+    try:
+        await slot.semaphore.acquire()
+    finally:
+        if slot.task is not None:
+            _waiting.discard(slot.task)
     slot.held = True

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from agent.models import AgentRun, RunMode, RunStatus
-from agent.runs import run_create, run_start
-from agent.slots import run_slot, slot_released
+from agent.models import AgentRun, RunEvent, RunMode, RunStatus
+from agent.runs import run_cancel, run_create, run_start
+from agent.slots import run_slot, slot_released, waiting_for_slot
 from agent.tools.registry import Tool, ToolContext, ToolRegistry
 
 EMPTY = {"type": "object", "properties": {}, "additionalProperties": False}
@@ -244,3 +244,40 @@ async def test_a_run_streaming_from_a_slow_model_does_not_hold_back_another(
     assert runs["first"].status == runs["second"].status == RunStatus.COMPLETED
     assert runs["first"].output == "slow answer"
     assert runs["second"].output == "quick answer"
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_stopping_a_run_that_waits_for_a_slot_cancels_it_at_once(
+    one_slot: None, user: Any
+) -> None:
+    release = asyncio.Event()
+    holding = asyncio.Event()
+
+    async def busy_run() -> None:
+        async with run_slot():
+            holding.set()
+            await release.wait()
+
+    holder = asyncio.create_task(busy_run())
+    await holding.wait()
+    run = await run_create(user=user, message="hello", mode=RunMode.CHAT)
+    task = run_start(run)
+    for _ in range(200):
+        if waiting_for_slot(task):
+            break
+        await asyncio.sleep(0.01)
+    assert waiting_for_slot(task)
+
+    await run_cancel(run=run)
+    # Over while the only slot is still taken (asyncio.wait: a run swallows a cancellation,
+    # so wait_for's timeout would not show).
+    done, _ = await asyncio.wait({task}, timeout=5)
+    assert done == {task}
+
+    assert not release.is_set()
+    stored = await AgentRun.objects.aget(pk=run.id)
+    assert stored.status == RunStatus.CANCELLED
+    end = await RunEvent.objects.filter(run_id=run.id, type="done").aget()
+    assert end.payload["status"] == RunStatus.CANCELLED
+    release.set()
+    await holder
