@@ -41,8 +41,9 @@ class _Slot:
 _current: ContextVar[_Slot | None] = ContextVar("agent_run_slot", default=None)
 # Runs' tasks waiting for a slot (to start, or after a wait): a Stop may cancel them at once.
 _waiting: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()
-# asyncio primitives belong to one event loop; tests and servers may run several.
-_semaphores: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
+# asyncio primitives belong to one event loop; tests and servers may run several. Each loop's
+# semaphore is kept with the size it was made for (a changed setting makes a new one).
+_semaphores: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, tuple[int, asyncio.Semaphore]] = (
     weakref.WeakKeyDictionary()
 )
 
@@ -52,10 +53,10 @@ def _semaphore() -> asyncio.Semaphore | None:
     if size <= 0:
         return None
     loop = asyncio.get_running_loop()
-    semaphore = _semaphores.get(loop)
-    if semaphore is None:
-        semaphore = _semaphores[loop] = asyncio.Semaphore(size)
-    return semaphore
+    made = _semaphores.get(loop)
+    if made is None or made[0] != size:
+        made = _semaphores[loop] = (size, asyncio.Semaphore(size))
+    return made[1]
 
 
 @asynccontextmanager

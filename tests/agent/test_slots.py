@@ -64,6 +64,26 @@ async def test_no_limit_when_slots_are_zero(settings: Any) -> None:
     await asyncio.gather(*tasks)
 
 
+async def test_a_changed_setting_takes_effect_in_the_same_loop(settings: Any) -> None:
+    settings.AGENT_RUN_SLOTS = 1
+    await assert_exactly_one_slot_free()
+    settings.AGENT_RUN_SLOTS = 2
+    inside = 0
+    gate = asyncio.Event()
+
+    async def run() -> None:
+        nonlocal inside
+        async with run_slot():
+            inside += 1
+            await gate.wait()
+
+    tasks = [asyncio.create_task(run()) for _ in range(3)]
+    await settle()
+    assert inside == 2
+    gate.set()
+    await asyncio.gather(*tasks)
+
+
 async def test_a_waiting_run_lets_the_next_one_work_and_takes_a_slot_back_in_turn(
     one_slot: None,
 ) -> None:
