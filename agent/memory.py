@@ -37,6 +37,7 @@ from django.db.models import Max
 from agent.knowledge.store import query_texts, upsert_texts
 from agent.llm.base import ChatMessage, LLMProvider
 from agent.models import MemorySummary
+from agent.slots import slot_released
 from chat.models import Message, MessageKind, MessageRole
 from chat.selectors import turns_between, turns_through
 from devassist import db
@@ -217,12 +218,13 @@ async def recall(*, conversation_id: uuid.UUID, before_sequence: int, query: str
         # Every turn so far is in the window: none was ever summarised.
         return Recollection(turns=turns, cached=cached, searched=False)
     try:
-        hits = await sync_to_async(query_texts, thread_sensitive=False)(
-            config.collection,
-            text=query,
-            n=config.recall_summaries,
-            where={"conversation_id": str(conversation_id)},
-        )
+        async with slot_released():  # the long-term store, in a thread (or a server)
+            hits = await sync_to_async(query_texts, thread_sensitive=False)(
+                config.collection,
+                text=query,
+                n=config.recall_summaries,
+                where={"conversation_id": str(conversation_id)},
+            )
     except Exception as exc:
         logger.warning("memory_recall_failed", conversation_id=str(conversation_id), error=str(exc))
         return Recollection(turns=turns, cached=cached, error=_error_text(exc))
@@ -273,9 +275,10 @@ async def consolidate(
         facts = await summarise(pending, llm=llm, max_facts=config.max_facts)
         if not facts:
             return None
-        summary_id = await db.in_thread(
-            _store_summary, conversation_id, first, last, facts, llm.model, config
-        )
+        async with slot_released():  # the long-term store's write, in a thread
+            summary_id = await db.in_thread(
+                _store_summary, conversation_id, first, last, facts, llm.model, config
+            )
     except Exception as exc:
         logger.warning(
             "memory_consolidation_failed", conversation_id=str(conversation_id), error=str(exc)

@@ -8,7 +8,8 @@ out, waits behind all of them.
 
 So a run holds one of ``AGENT_RUN_SLOTS`` slots while it works (``run_slot``), and gives it back
 while it waits on something outside the process (``slot_released``): the model's answer or its
-next streamed chunk, a tool (the sandbox, the search). Runs that find no free slot wait in
+next streamed chunk, a tool (the sandbox, the search), the knowledge store (a RAG answer's
+retrieval, long-term memory). Runs that find no free slot wait in
 arrival order. With a model that takes seconds, nearly every run is waiting at any moment and
 slots are free; with a fast model or a busy machine, at most ``AGENT_RUN_SLOTS`` runs compete
 for the CPU, and requests, which take no slot, get it first. A run waiting for a slot does

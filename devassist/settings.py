@@ -208,7 +208,7 @@ LLM = {
 }
 
 # Runs working at once in this process (agent/slots.py): a run gives its slot back while it
-# waits on the model or a tool. 0 for no limit.
+# waits on the model, a tool or the knowledge store. 0 for no limit.
 AGENT_RUN_SLOTS = env_int("AGENT_RUN_SLOTS", 2)
 
 # Knowledge (only agent/knowledge/ talks to Chroma). Chroma runs embedded under CHROMA_PATH

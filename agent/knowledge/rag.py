@@ -26,6 +26,7 @@ from agent.knowledge.answers import (
 )
 from agent.knowledge.search import SearchResult, search
 from agent.llm import ChatMessage, get_llm
+from agent.slots import slot_released
 
 logger = structlog.get_logger(__name__)
 
@@ -98,9 +99,10 @@ async def rag_answer(
     ``on_delta`` the model's answer is streamed and each piece awaited with it as it arrives
     (the answer returned is the whole one, with its ``Sources:`` list)."""
     name = collection or settings.KNOWLEDGE_DEFAULT_COLLECTION
-    chunks = await sync_to_async(search, thread_sensitive=False)(
-        query=question, top_k=top_k, collection=name
-    )
+    async with slot_released():  # Chroma and the embeddings, in a thread (or a server)
+        chunks = await sync_to_async(search, thread_sensitive=False)(
+            query=question, top_k=top_k, collection=name
+        )
     if on_retrieved is not None:
         await on_retrieved(chunks)
     chinese = bool(_CJK.search(question))

@@ -1,9 +1,11 @@
 """Run slots (agent/slots.py): at most AGENT_RUN_SLOTS runs work at once, in arrival order, and a
-run's slot is free while it waits on the model or a tool."""
+run's slot is free while it waits on the model, a tool or the knowledge store."""
 
 from __future__ import annotations
 
 import asyncio
+import threading
+import uuid
 from typing import Any
 
 import pytest
@@ -301,3 +303,69 @@ async def test_stopping_a_run_that_waits_for_a_slot_cancels_it_at_once(
     assert end.payload["status"] == RunStatus.CANCELLED
     release.set()
     await holder
+
+
+async def slot_is_free_while(work: Any, started: threading.Event, finish: threading.Event) -> Any:
+    """Run ``work()`` holding the only slot; once its outside call has ``started``, another run
+    must get the slot before ``finish`` lets that call return. Returns what ``work`` returned."""
+
+    async def run() -> Any:
+        async with run_slot():
+            return await work()
+
+    task = asyncio.create_task(run())
+    try:
+        for _ in range(500):
+            if started.is_set():
+                break
+            await asyncio.sleep(0.01)
+        assert started.is_set()
+        async with asyncio.timeout(2), run_slot():  # free while the call is out
+            pass
+    finally:
+        finish.set()
+    return await task
+
+
+async def test_retrieval_for_a_rag_answer_frees_the_slot(
+    one_slot: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import agent.knowledge.rag as rag
+
+    started, finish = threading.Event(), threading.Event()
+
+    def search(**kwargs: Any) -> list[Any]:
+        started.set()
+        finish.wait(30)
+        return []
+
+    monkeypatch.setattr(rag, "search", search)
+    answer = await slot_is_free_while(
+        lambda: rag.rag_answer(question="Where is it?", collection="docs"), started, finish
+    )
+    assert answer.chunks == []
+
+
+async def test_long_term_recall_frees_the_slot(
+    one_slot: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import agent.memory as memory
+
+    started, finish = threading.Event(), threading.Event()
+    cache = memory.ShortTermMemory(turns=1, conversations=1)
+    full = [memory.Turn("user", "a", 1), memory.Turn("assistant", "b", 2)]
+    monkeypatch.setattr(cache, "window", lambda conversation_id, *, through_sequence: (full, True))
+    monkeypatch.setattr(memory, "short_term_memory", lambda: cache)
+
+    def query_texts(*args: Any, **kwargs: Any) -> list[Any]:
+        started.set()
+        finish.wait(30)
+        return []
+
+    monkeypatch.setattr(memory, "query_texts", query_texts)
+    recollection = await slot_is_free_while(
+        lambda: memory.recall(conversation_id=uuid.uuid4(), before_sequence=3, query="q"),
+        started,
+        finish,
+    )
+    assert recollection.searched is True
