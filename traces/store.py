@@ -477,6 +477,7 @@ class _Extra:
     with_rows: Sequence[models.Model] = ()
     with_writes: Sequence[db.Statement] = ()
     complete: str | None = None
+    total_duration_ms: int | None = None
 
 
 def _step_event(event: str, seq: int, trace: Trace, **payload: Any) -> TraceEvent:
@@ -673,21 +674,10 @@ class OrmTraceStore:
     def _complete_trace(
         self, trace_id: uuid.UUID, status: str, total_duration_ms: int | None
     ) -> tuple[Trace, list[dict[str, Any]]]:
-        _check_final(status)
-        committed: list[dict[str, Any]] = []
-        with transaction.atomic():
-            trace = _locked_running_trace(trace_id)
-            event = _completed(trace, status, total_duration_ms)
-            db.run(
-                [
-                    db.update_statement(trace, [*_COMPLETION_FIELDS, "last_seq"]),
-                    *db.insert_statements([event]),
-                ]
-            )
-            payload = [event_dict(event)]
-            transaction.on_commit(lambda: committed.extend(payload))
-        logger.info("trace_completed", trace_id=str(trace_id), status=status)
-        return trace, committed
+        _, events = self.add_steps_sync(
+            trace_id, [], complete=status, total_duration_ms=total_duration_ms
+        )
+        return Trace.objects.select_related("user").get(pk=trace_id), events
 
     # -- steps: writes --
 
@@ -734,9 +724,11 @@ class OrmTraceStore:
         *,
         with_writes: Sequence[db.Statement] = (),
         complete: str | None = None,
+        total_duration_ms: int | None = None,
     ) -> tuple[AddedSteps, list[dict[str, Any]]]:
         """The synchronous core of ``add_steps``; returns the steps and the committed events
-        (empty while an outer transaction is still open)."""
+        (empty while an outer transaction is still open). ``total_duration_ms``: the
+        completed trace's duration, when not the time since it was created."""
         if len(steps) > settings.TRACE_BATCH_MAX_STEPS:
             raise BatchTooLarge(
                 f"A batch holds at most {settings.TRACE_BATCH_MAX_STEPS} steps, got {len(steps)}.",
@@ -749,7 +741,12 @@ class OrmTraceStore:
             _check_final(complete)
         if not steps and not updates and not with_rows and not with_writes and complete is None:
             return AddedSteps(steps=[], created=0), []
-        extra = _Extra(with_rows=with_rows, with_writes=with_writes, complete=complete)
+        extra = _Extra(
+            with_rows=with_rows,
+            with_writes=with_writes,
+            complete=complete,
+            total_duration_ms=total_duration_ms,
+        )
         try:
             return self._add_steps_once(trace_id, steps, updates, extra, assume_new=True)
         except _ResentIds:
@@ -787,7 +784,7 @@ class OrmTraceStore:
                 writes += step_writes
             changed = [*_TRACE_COUNTERS, "total_steps", "root_count"]
             if extra.complete is not None:
-                events.append(_completed(trace, extra.complete, None))
+                events.append(_completed(trace, extra.complete, extra.total_duration_ms))
                 changed += _COMPLETION_FIELDS
             writes += db.insert_statements(events)
             for _, rows in itertools.groupby(extra.with_rows, key=type):
