@@ -504,7 +504,8 @@ def _send(export: RunExport, config: LangfuseConfig) -> None:
 
 
 def langfuse_wait_for_exports() -> None:
-    """Block until the exports submitted so far are done (for tests and shutdown)."""
+    """Block until the exports submitted so far are done (tests wait for them; at exit the
+    export thread finishes its queue by itself)."""
     _exporter.submit(lambda: None).result()
 
 

@@ -444,8 +444,8 @@ async def _watch_for_cancel(run_id: uuid.UUID, cancel: threading.Event) -> None:
     try:
         while not cancel.is_set():
             message = await layer.receive(channel)
-            if message.get("type") == "run.cancel" and not _stop_local(run_id):
-                cancel.set()
+            if message.get("type") == "run.cancel":
+                _stop_local(run_id)  # the run is this process's: the watcher is part of it
     finally:
         await layer.group_discard(run_group(run_id), channel)
 

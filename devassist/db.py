@@ -271,6 +271,6 @@ def _released(function: Callable[P, T]) -> Callable[P, T]:
 
 async def in_thread(function: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
     """``function(*args, **kwargs)`` through ``sync_to_async`` (the caller's thread for
-    database work), the connection back in the pool after it (``released``): for the
+    database work), the connection back in the pool after it (``release_connection``): for the
     database work of long-lived tasks, such as a run between its model calls."""
     return await sync_to_async(_released(function))(*args, **kwargs)
