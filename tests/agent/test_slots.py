@@ -9,7 +9,9 @@ import uuid
 from typing import Any
 
 import pytest
+from channels.layers import get_channel_layer
 
+from agent.events import run_group
 from agent.models import AgentRun, RunEvent, RunMode, RunStatus
 from agent.runs import run_cancel, run_create, run_start
 from agent.slots import run_slot, slot_released, waiting_for_slot
@@ -48,42 +50,37 @@ async def test_runs_beyond_the_limit_wait_in_arrival_order(settings: Any) -> Non
     assert order.index("a out") < order.index("c in") < order.index("d in")
 
 
-async def test_no_limit_when_slots_are_zero(settings: Any) -> None:
-    settings.AGENT_RUN_SLOTS = 0
-    inside = 0
+async def runs_inside_at_once(count: int) -> int:
+    """Start ``count`` runs that hold their slot until released; return how many got one at
+    once (the others wait), after checking that every run got one in the end."""
+    entered = 0
     gate = asyncio.Event()
 
     async def run() -> None:
-        nonlocal inside
+        nonlocal entered
         async with run_slot():
-            inside += 1
+            entered += 1
             await gate.wait()
 
-    tasks = [asyncio.create_task(run()) for _ in range(20)]
+    runs = [asyncio.create_task(run()) for _ in range(count)]
     await settle()
-    assert inside == 20
+    at_once = entered
     gate.set()
-    await asyncio.gather(*tasks)
+    await asyncio.gather(*runs)
+    assert entered == count
+    return at_once
+
+
+async def test_no_limit_when_slots_are_zero(settings: Any) -> None:
+    settings.AGENT_RUN_SLOTS = 0
+    assert await runs_inside_at_once(20) == 20
 
 
 async def test_a_changed_setting_takes_effect_in_the_same_loop(settings: Any) -> None:
     settings.AGENT_RUN_SLOTS = 1
-    await assert_exactly_one_slot_free()
+    assert await runs_inside_at_once(2) == 1
     settings.AGENT_RUN_SLOTS = 2
-    inside = 0
-    gate = asyncio.Event()
-
-    async def run() -> None:
-        nonlocal inside
-        async with run_slot():
-            inside += 1
-            await gate.wait()
-
-    tasks = [asyncio.create_task(run()) for _ in range(3)]
-    await settle()
-    assert inside == 2
-    gate.set()
-    await asyncio.gather(*tasks)
+    assert await runs_inside_at_once(3) == 2
 
 
 async def test_a_waiting_run_lets_the_next_one_work_and_takes_a_slot_back_in_turn(
@@ -120,24 +117,6 @@ async def test_a_waiting_run_lets_the_next_one_work_and_takes_a_slot_back_in_tur
     assert order == ["a works", "b works", "b done", "a works again"]
 
 
-async def assert_exactly_one_slot_free() -> None:
-    """Two runs arriving now take turns: one slot is free, not none and not two."""
-    entered: list[int] = []
-    gate = asyncio.Event()
-
-    async def run(n: int) -> None:
-        async with run_slot():
-            entered.append(n)
-            await gate.wait()
-
-    runs = [asyncio.create_task(run(n)) for n in range(2)]
-    await settle()
-    assert entered == [0]
-    gate.set()
-    await asyncio.gather(*runs)
-    assert entered == [0, 1]
-
-
 async def test_a_cancelled_wait_leaves_without_a_slot_and_frees_everything(
     one_slot: None,
 ) -> None:
@@ -153,7 +132,7 @@ async def test_a_cancelled_wait_leaves_without_a_slot_and_frees_everything(
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    await assert_exactly_one_slot_free()
+    assert await runs_inside_at_once(2) == 1  # exactly one slot free: not none, not two
 
 
 async def test_an_error_in_the_wait_takes_the_slot_back_before_it_propagates(
@@ -184,7 +163,7 @@ async def test_an_error_in_the_wait_takes_the_slot_back_before_it_propagates(
     finish.set()
     await asyncio.gather(failing, waiting)
     assert other_entered.is_set()
-    await assert_exactly_one_slot_free()
+    assert await runs_inside_at_once(2) == 1  # exactly one slot free: not none, not two
 
 
 async def test_release_is_a_no_op_outside_a_run_and_in_a_task_the_run_started(
@@ -269,8 +248,9 @@ async def test_a_run_streaming_from_a_slow_model_does_not_hold_back_another(
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("asked", ["here", "by another worker"])
 async def test_stopping_a_run_that_waits_for_a_slot_cancels_it_at_once(
-    one_slot: None, user: Any
+    one_slot: None, user: Any, asked: str
 ) -> None:
     release = asyncio.Event()
     holding = asyncio.Event()
@@ -290,7 +270,10 @@ async def test_stopping_a_run_that_waits_for_a_slot_cancels_it_at_once(
         await asyncio.sleep(0.01)
     assert waiting_for_slot(task)
 
-    await run_cancel(run=run)
+    if asked == "here":
+        await run_cancel(run=run)
+    else:  # what run_cancel sends when the run executes in another process
+        await get_channel_layer().group_send(run_group(run.id), {"type": "run.cancel"})
     # Over while the only slot is still taken (asyncio.wait: a run swallows a cancellation,
     # so wait_for's timeout would not show).
     done, _ = await asyncio.wait({task}, timeout=5)

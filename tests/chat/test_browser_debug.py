@@ -65,6 +65,19 @@ def open_panel(page: Any) -> Any:
     return panel
 
 
+def panel_after_one_turn(
+    page: Any, login: Any, live_model: Any, script: list[Any], message: str, route: str
+) -> Any:
+    """A superuser in debug mode, one answered turn (the model replying with ``script``) and
+    the panel open on it."""
+    live_model.script(script)
+    login("root", is_superuser=True, is_staff=True)
+    send(page, message, route=route)
+    answered(page)
+    debug_mode(page, True)
+    return open_panel(page)
+
+
 def conversation_of(page: Any) -> str:
     found = re.search(r"/c/([0-9a-f-]{36})/$", page.url)
     assert found, page.url
@@ -121,12 +134,7 @@ def test_the_entry_appears_in_debug_mode_and_goes_with_the_panel_when_it_is_off(
 
 
 def test_a_refresh_after_debug_mode_went_off_elsewhere_closes_the_panel(page, login, live_model):
-    live_model.script(["Hello."])
-    login("root", is_superuser=True, is_staff=True)
-    send(page, "hello", route="chat")
-    answered(page)
-    debug_mode(page, True)
-    panel = open_panel(page)
+    panel = panel_after_one_turn(page, login, live_model, ["Hello."], "hello", "chat")
     # Another tab of the same session switches debug mode off.
     other = page.context.new_page()
     other.goto(page.url)
@@ -184,12 +192,9 @@ def test_a_timeline_range_filters_the_list(page, login, live_model, screenshot):
 
 
 def test_filters_search_and_the_json_tree(page, login, live_model, screenshot):
-    live_model.script(AGENT_TURN)
-    login("root", is_superuser=True, is_staff=True)
-    send(page, "how much memory does the sandbox get?", route="agent")
-    answered(page)
-    debug_mode(page, True)
-    panel = open_panel(page)
+    panel = panel_after_one_turn(
+        page, login, live_model, AGENT_TURN, "how much memory does the sandbox get?", "agent"
+    )
 
     tool_count = int(panel.locator('.dbg-filter[data-filter="tool"] .dbg-count').inner_text())
     panel.locator('.dbg-filter[data-filter="tool"]').click()
@@ -231,12 +236,9 @@ def test_filters_search_and_the_json_tree(page, login, live_model, screenshot):
 
 def test_copy_all_puts_valid_json_on_the_clipboard(page, login, live_model):
     page.context.grant_permissions(["clipboard-read", "clipboard-write"])
-    live_model.script(AGENT_TURN)
-    login("root", is_superuser=True, is_staff=True)
-    send(page, "how much memory does the sandbox get?", route="agent")
-    answered(page)
-    debug_mode(page, True)
-    panel = open_panel(page)
+    panel = panel_after_one_turn(
+        page, login, live_model, AGENT_TURN, "how much memory does the sandbox get?", "agent"
+    )
     embedded = json.loads(panel.locator("#dbg-data").text_content())
 
     panel.locator(".dbg-copy-all").click()
@@ -259,12 +261,7 @@ def test_copy_falls_back_where_the_clipboard_api_is_missing(page, login, live_mo
         "window.testClipboard = navigator.clipboard;"
         "Object.defineProperty(Navigator.prototype, 'clipboard', {get: () => undefined});"
     )
-    live_model.script(["Hello."])
-    login("root", is_superuser=True, is_staff=True)
-    send(page, "hello", route="chat")
-    answered(page)
-    debug_mode(page, True)
-    panel = open_panel(page)
+    panel = panel_after_one_turn(page, login, live_model, ["Hello."], "hello", "chat")
     assert page.evaluate("navigator.clipboard") is None
 
     panel.locator(".dbg-copy-all").click()
@@ -319,12 +316,7 @@ def test_the_panel_is_live_while_a_run_is_in_progress(page, login, live_model, s
 
 
 def test_langfuse_says_plainly_when_it_is_unavailable(page, login, live_model):
-    live_model.script(["Hello."])
-    login("root", is_superuser=True, is_staff=True)
-    send(page, "hello", route="chat")
-    answered(page)
-    debug_mode(page, True)
-    panel = open_panel(page)
+    panel = panel_after_one_turn(page, login, live_model, ["Hello."], "hello", "chat")
     popups: list[Any] = []
     page.context.on("page", lambda popup: popups.append(popup))
     panel.locator(".dbg-langfuse").click()

@@ -393,14 +393,21 @@ def test_a_summary_is_one_line_of_at_most_200_characters():
 # --- de-duplication -----------------------------------------------------------------------------
 
 
-def test_merging_is_idempotent_and_ignores_the_order_rows_come_in():
+def with_a_live_run(*deltas: str) -> Conversation:
+    """A completed agent run, then a run in progress: asked, one iteration only in its events,
+    and ``deltas`` of its answer so far."""
     c = Conversation()
     completed_agent_run(c)
     running = c.run("r2", status="running")
     c.ask(running)
     c.iteration(running, store_messages=False, event=True)
-    c.event(running, "delta", content="partial ")
-    c.event(running, "delta", content="answer")
+    for text in deltas:
+        c.event(running, "delta", content=text)
+    return c
+
+
+def test_merging_is_idempotent_and_ignores_the_order_rows_come_in():
+    c = with_a_live_run("partial ", "answer")
     once = debug_view_json(c.view())
     twice = debug_view_json(
         c.view(
@@ -765,12 +772,7 @@ def test_two_thousand_calls_in_one_run_merge_into_one_group_in_order():
 
 
 def test_the_json_view_is_plain_json():
-    c = Conversation()
-    completed_agent_run(c)
-    running = c.run("r2", status="running")
-    c.ask(running)
-    c.iteration(running, store_messages=False, event=True)
-    c.event(running, "delta", content="so far")
+    c = with_a_live_run("so far")
     body = debug_view_json(c.view())
     assert json.loads(json.dumps(body)) == body
     assert set(body) == {"conversation_id", "title", "live", "counts", "groups"}
