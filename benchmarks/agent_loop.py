@@ -49,11 +49,9 @@ import contextlib
 import cProfile
 import functools
 import inspect
-import io
 import itertools
 import json
 import os
-import pstats
 import re
 import shutil
 import sys
@@ -70,7 +68,7 @@ from unittest import mock
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))  # run as a script: make the project importable
 
-from benchmarks.common import verdict  # noqa: E402 - after the path above
+from benchmarks.common import profile_report, verdict  # noqa: E402 - after the path above
 from benchmarks.trace_tree import (  # noqa: E402
     Measurement,
     QueryCounter,
@@ -548,15 +546,16 @@ async def profile_run(user: Any, *, iterations: int) -> str:
         await run_once(user, tool_calls=iterations + 1)
         loop_profile.disable()
         await asyncio.wrap_future(executor.submit(orm_profile.disable))
-    out = io.StringIO()
-    out.write("\n--- event loop thread, by own time (wall) ---\n")
-    pstats.Stats(loop_profile, stream=out).sort_stats("tottime").print_stats(15)
-    out.write("\n--- ORM thread, project code by cumulative time (CPU) ---\n")
-    orm_stats = pstats.Stats(orm_profile, stream=out)
-    orm_stats.sort_stats("cumulative").print_stats(r"/(traces|agent)/", 15)
-    out.write("\n--- ORM thread, by own time (CPU) ---\n")
-    orm_stats.sort_stats("tottime").print_stats(15)
-    return out.getvalue()
+    return "".join(
+        [
+            "\n--- event loop thread, by own time (wall) ---\n",
+            profile_report(loop_profile, "tottime", 15),
+            "\n--- ORM thread, project code by cumulative time (CPU) ---\n",
+            profile_report(orm_profile, "cumulative", r"/(traces|agent)/", 15),
+            "\n--- ORM thread, by own time (CPU) ---\n",
+            profile_report(orm_profile, "tottime", 15),
+        ]
+    )
 
 
 # --- step to wire: in-process ASGI --------------------------------------------------------------

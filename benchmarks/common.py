@@ -1,4 +1,5 @@
-"""What the benchmark scripts share: timings with their percentiles, and the verdict line.
+"""What the benchmark scripts share: timings with their percentiles, the verdict line, and the
+text of a profile.
 
 The scripts run from the repository root as ``.venv/bin/python benchmarks/<name>.py``; each puts
 the repository on ``sys.path`` before importing this module.
@@ -6,6 +7,9 @@ the repository on ``sys.path`` before importing this module.
 
 from __future__ import annotations
 
+import cProfile
+import io
+import pstats
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -47,3 +51,11 @@ def percentile(values: Sequence[float], q: float) -> float:
 def verdict(label: str, passed: bool, figure: str) -> None:
     """Print one target's PASS/FAIL line with the figure it was judged on."""
     print(f"  {'PASS' if passed else 'FAIL'}  {label}: {figure}")
+
+
+def profile_report(profiler: cProfile.Profile, sort: str, *restrictions: str | int) -> str:
+    """A profile's table sorted by ``sort`` (``cumulative``, ``tottime``), cut by
+    ``restrictions`` as ``pstats.Stats.print_stats`` takes them (a path pattern, a count)."""
+    out = io.StringIO()
+    pstats.Stats(profiler, stream=out).sort_stats(sort).print_stats(*restrictions)
+    return out.getvalue()

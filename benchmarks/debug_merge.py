@@ -30,10 +30,8 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import io
 import json
 import os
-import pstats
 import shutil
 import sys
 import tempfile
@@ -48,7 +46,7 @@ from typing import Any
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))  # run as a script: make the project importable
 
-from benchmarks.common import Measurement, verdict  # noqa: E402 - after the path above
+from benchmarks.common import Measurement, profile_report, verdict  # noqa: E402 - after the path above
 
 TARGET_P95_MS = 100.0
 
@@ -345,9 +343,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             profiler.enable()
             merge(rows)
             profiler.disable()
-            out = io.StringIO()
-            pstats.Stats(profiler, stream=out).sort_stats("cumulative").print_stats(25)
-            print(out.getvalue())
+            print(profile_report(profiler, "cumulative", 25))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0

@@ -29,10 +29,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
-import io
 import itertools
 import os
-import pstats
 import random
 import shutil
 import sys
@@ -46,7 +44,7 @@ from typing import Any
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))  # run as a script: make the project importable
 
-from benchmarks.common import Measurement, verdict  # noqa: E402 - after the path above
+from benchmarks.common import Measurement, profile_report, verdict  # noqa: E402 - after the path above
 
 COLLECTION = "bench_docs"
 SECTIONS_PER_FILE = 20
@@ -310,9 +308,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"p50 {tool.p50_ms:.1f} ms, p95 {tool.p95_ms:.1f} ms",
         )
         if profiler:
-            out = io.StringIO()
-            pstats.Stats(profiler, stream=out).sort_stats("cumulative").print_stats(30)
-            print(out.getvalue())
+            print(profile_report(profiler, "cumulative", 30))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0

@@ -23,9 +23,7 @@ import argparse
 import asyncio
 import contextlib
 import cProfile
-import io
 import os
-import pstats
 import random
 import shutil
 import statistics
@@ -48,7 +46,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))  # run as a script: make the project importable
 
 from benchmarks import common  # noqa: E402 - after the path above
-from benchmarks.common import verdict  # noqa: E402
+from benchmarks.common import profile_report, verdict  # noqa: E402
 
 DEFAULT_DATABASE_URL = "postgres://postgres@127.0.0.1:5432/devassist_bench"
 BENCH_USERNAME = "trace-benchmark"
@@ -533,11 +531,7 @@ def response_parts(bench: BenchTrace, label: str, repeat: int, profile: bool) ->
             continue  # warm-up
         times[store_part].append(loaded - started)
         times["render"].append(rendered - loaded)
-    report = None
-    if profiler is not None:
-        out = io.StringIO()
-        pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(15)
-        report = out.getvalue()
+    report = profile_report(profiler, "tottime", 15) if profiler is not None else None
     medians = {name: statistics.median(values) * 1000 for name, values in times.items()}
     return Parts(label, medians, report)
 
