@@ -135,9 +135,11 @@ async def run_events(
 
 @runs_router.post("/{run_id}/cancel", response=RunOut, url_name="cancel_run")
 async def cancel_run(request: HttpRequest, run_id: uuid.UUID) -> dict[str, Any]:
-    run = await run_get(user=api_user(request), run_id=run_id)
-    await run_cancel(run=run)
-    return run_dict(await AgentRun.objects.aget(pk=run.id))
+    """Stop one of your runs; answers ``cancelled`` once it has stopped, ``cancelling`` while
+    it is still stopping (on another worker, say)."""
+    user = api_user(request)
+    run = await run_cancel(user=user, run=await run_get(user=user, run_id=run_id))
+    return {**run_dict(run), "status": run.status if run.is_finished else "cancelling"}
 
 
 @runs_router.get(

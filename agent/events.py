@@ -3,7 +3,6 @@ the channel group ``run.<id>``. The run's executor is their only writer."""
 
 from __future__ import annotations
 
-import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -11,23 +10,28 @@ from functools import partial
 from typing import Any
 
 import structlog
-from channels.layers import get_channel_layer
+from django.conf import settings
 from django.db import transaction
 
 from agent.models import AgentRun, RunEvent
 from devassist import db
-from devassist.follow import LogFollower
+from devassist.follow import LogFollower, broadcast, follow
 
 logger = structlog.get_logger(__name__)
 
-HEARTBEAT_S = 15.0
 #: Answer deltas are gathered for this long before they become one event (and one row).
 DELTA_FLUSH_S = 0.03
 REPLAY_PAGE = 500
 
 
 def run_group(run_id: uuid.UUID | str) -> str:
+    """The group of the run's followers: its events."""
     return f"run.{run_id}"
+
+
+def run_control_group(run_id: uuid.UUID | str) -> str:
+    """The group of the run's executor: requests to it (``run.cancel``)."""
+    return f"run-control.{run_id}"
 
 
 class RunEvents:
@@ -48,11 +52,8 @@ class RunEvents:
 
     async def publish(self, row: RunEvent) -> None:
         """Broadcast a stored event to the run's followers."""
-        layer = get_channel_layer()
-        if layer is None:
-            return
         try:
-            await layer.group_send(
+            await broadcast(
                 run_group(self.run_id), {"type": "run.event", "seq": row.seq, "event": row.payload}
             )
         except Exception:
@@ -122,44 +123,70 @@ def _logged_events(
 
 
 async def follow_run(
-    run_id: uuid.UUID, *, after_seq: int = 0, heartbeat_s: float = HEARTBEAT_S
+    run_id: uuid.UUID, *, after_seq: int = 0, heartbeat_s: float | None = None
 ) -> AsyncIterator[tuple[int, dict[str, Any]] | None]:
     """The run's events after ``after_seq``: the stored ones, then live ones, each once and in
-    order, ending with ``done``. Yields None when ``heartbeat_s`` passes without an event."""
-    layer = get_channel_layer()
-    channel = await layer.new_channel(prefix="run-follow.")
-    await layer.group_add(run_group(run_id), channel)
+    order, ending with ``done``. Yields None when ``heartbeat_s`` (default
+    ``settings.SSE_HEARTBEAT_S``) passes without an event.
+
+    A finished run answers at once: what remains of its log, then its ``done`` (sent again to
+    a client that already has it). A run whose worker died is failed first
+    (``agent.leases``), so its stream ends too."""
     follower = LogFollower(
         partial(logged_events, run_id), after_seq=after_seq, page_size=REPLAY_PAGE
     )
-    try:
-        # Joined the group before reading the log: nothing falls between the two.
-        async for seq, event in follower.backlog():
-            yield seq, event
-            if event["type"] == "done":
+    if await db.in_thread(_finished_or_reaped, run_id):
+        async for stored in follower.backlog():
+            yield stored
+            if stored[1]["type"] == "done":
                 return
-        while True:
-            try:
-                message = await asyncio.wait_for(layer.receive(channel), heartbeat_s)
-            except TimeoutError:
-                if await db.in_thread(_finished_without_done, run_id, follower.last):
+        yield await db.in_thread(_last_done, run_id)
+        return
+    async for item in follow(
+        run_group(run_id),
+        follower,
+        live_event=_live_run_event,
+        heartbeat_s=settings.SSE_HEARTBEAT_S if heartbeat_s is None else heartbeat_s,
+    ):
+        if item is None and await db.in_thread(_finished_or_reaped, run_id):
+            # Finished on this quiet tick (or failed just now, its worker gone): the rest of
+            # its log, then its ``done``, which a run whose end could not be logged lacks.
+            async for stored in follower.backlog():
+                yield stored
+                if stored[1]["type"] == "done":
                     return
-                yield None
-                continue
-            if message.get("type") != "run.event":
-                continue
-            async for seq, event in follower.live(message["seq"], message["event"]):
-                yield seq, event
-                if event["type"] == "done":
-                    return
-    finally:
-        await layer.group_discard(run_group(run_id), channel)
+            yield await db.in_thread(_last_done, run_id)
+            return
+        yield item
+        if item is not None and item[1]["type"] == "done":
+            return
 
 
-def _finished_without_done(run_id: uuid.UUID, last: int) -> bool:
-    """A run whose executor died (a crashed worker) never sends ``done``; stop following it
-    once it is marked finished and its log holds nothing newer."""
-    run = AgentRun.objects.filter(pk=run_id).only("status").first()
+def _live_run_event(message: dict[str, Any]) -> tuple[int, dict[str, Any]] | None:
+    if message.get("type") != "run.event":
+        return None
+    return message["seq"], message["event"]
+
+
+def _finished_or_reaped(run_id: uuid.UUID) -> bool:
+    """Whether the run is over: finished, missing, or failed just now because its worker
+    died (``agent.leases.reap_if_lost``)."""
+    from agent.leases import reap_if_lost
+
+    run = AgentRun.objects.filter(pk=run_id).only("status", "owner", "heartbeat_at").first()
     if run is None:
         return True
-    return run.is_finished and not RunEvent.objects.filter(run_id=run_id, seq__gt=last).exists()
+    return run.is_finished or reap_if_lost(run)
+
+
+def _last_done(run_id: uuid.UUID) -> tuple[int, dict[str, Any]]:
+    """The finished run's ``done`` event as stored; one made from the run when its log has
+    none (a run that ended before its end could be logged)."""
+    done = RunEvent.objects.filter(run_id=run_id, type="done").order_by("-seq").first()
+    if done is not None:
+        return done.seq, done.payload
+    run = AgentRun.objects.filter(pk=run_id).only("status").first()
+    last = RunEvent.objects.filter(run_id=run_id).order_by("-seq").values_list("seq", flat=True)
+    seq = (last.first() or 0) + 1
+    status = run.status if run is not None else "failed"
+    return seq, {"type": "done", "run_id": str(run_id), "status": status}

@@ -25,6 +25,8 @@ class RunStatus(models.TextChoices):
 
 
 FINAL_RUN_STATUSES = (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED)
+#: A run in one of these has an owner worker with a lease (``agent.leases``).
+LIVE_RUN_STATUSES = (RunStatus.QUEUED, RunStatus.RUNNING)
 
 
 class AgentRunQuerySet(models.QuerySet["AgentRun"]):
@@ -63,6 +65,9 @@ class AgentRun(models.Model):
     model = models.CharField(max_length=200, blank=True)
     langfuse_trace_id = models.CharField(max_length=64, blank=True)
     cancel_requested_at = models.DateTimeField(null=True, blank=True)
+    #: The worker executing the run and when it last renewed its lease (``agent.leases``).
+    owner = models.CharField(max_length=200, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
     first_output_at = models.DateTimeField(null=True, blank=True)
@@ -72,7 +77,10 @@ class AgentRun(models.Model):
 
     class Meta:
         ordering = ["-created_at", "-id"]
-        indexes = [models.Index(fields=["user", "-created_at"], name="agentrun_user_newest")]
+        indexes = [
+            models.Index(fields=["user", "-created_at"], name="agentrun_user_newest"),
+            models.Index(fields=["status", "heartbeat_at"], name="agentrun_status_heartbeat"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.input[:60]} ({self.status})"

@@ -23,14 +23,14 @@ from typing import Any
 import orjson
 import structlog
 from asgiref.sync import ThreadSensitiveContext, sync_to_async
-from channels.layers import get_channel_layer
 from django.db import transaction
 from django.utils import timezone
 
-from agent.events import RunEvents, run_group
+from agent.events import RunEvents, run_control_group
 from agent.knowledge.rag import rag_answer
 from agent.knowledge.search import SearchResult
 from agent.langfuse import langfuse_run_finished, langfuse_run_started
+from agent.leases import LeaseKeeper, cancel_lost, worker_id
 from agent.llm import get_llm
 from agent.llm.base import ChatMessage, LLMProvider, LLMResponse, LLMTimeout, LLMUnavailable
 from agent.loop import AgentCancelled, AgentMaxIterations, Iteration, LoopConfig, run_react
@@ -42,7 +42,8 @@ from chat.models import Conversation, Message, MessageKind, MessageRole
 from chat.selectors import conversation_locked_for
 from chat.services import NewMessage, messages_append, messages_build
 from devassist import db
-from devassist.errors import ApiError, BadRequest, Conflict, NotFound
+from devassist.errors import ApiError, BadRequest, Conflict, Forbidden, NotFound
+from devassist.follow import GroupListener, LayerFailed, broadcast
 from traces.models import StepStatus, Trace, TraceMode, TraceStatus
 from traces.store import StepCreate, get_trace_store
 
@@ -120,6 +121,8 @@ async def run_create(
         else sorted(set(tools)),
         model=get_llm().model,
         started_at=timezone.now(),
+        owner=worker_id(),
+        heartbeat_at=timezone.now(),
     )
     stored, trace_events = await sync_to_async(_open_run)(
         run, conversation_id=conversation_id, history=history
@@ -231,18 +234,39 @@ def run_start(run: AgentRun, *, collection: str | None = None) -> asyncio.Task[N
     )
     _running[run.id] = (task, cancel)
     task.add_done_callback(lambda _: _running.pop(run.id, None))
+    _lease_keeper.ensure_started()
     return task
 
 
-async def run_cancel(*, run: AgentRun) -> AgentRun:
-    """Ask the run to stop: its model call, its tool (the sandbox container) and the loop.
-    Works from any worker: the request travels on the channel layer."""
+#: How long a cancel of a run of this process waits for it to end, to answer ``cancelled``
+#: rather than ``cancelling``.
+CANCEL_WAIT_S = 2.0
+
+
+async def run_cancel(*, user: Any, run: AgentRun) -> AgentRun:
+    """Stop the run: its model call, its tool (the sandbox container) and the loop. Only its
+    owner may (staff browse other people's runs, they do not steer them). Works from any
+    worker: the request travels on the channel layer, and is stored, so the run's own worker
+    sees it on its next heartbeat if the relay cannot reach it; a run whose worker is gone is
+    cancelled at once. Returns the run as it is after the request, finished when it stopped
+    in time (see ``CANCEL_WAIT_S``). Raises ``Forbidden`` (someone else's run),
+    ``RunFinished``."""
+    if run.user_id != user.pk:
+        raise Forbidden("Only the user who started a run can cancel it.")
     if run.is_finished:
         raise RunFinished(f"Run {run.id} is already {run.status}.", details={"status": run.status})
     await AgentRun.objects.filter(pk=run.id).aupdate(cancel_requested_at=timezone.now())
-    if not _stop_local(run.id):
-        await get_channel_layer().group_send(run_group(run.id), {"type": "run.cancel"})
-    return run
+    if run.id in _running:
+        task = _running[run.id][0]
+        _stop_local(run.id)
+        await asyncio.wait([task], timeout=CANCEL_WAIT_S)
+    elif not await db.in_thread(cancel_lost, run):
+        try:
+            await broadcast(run_control_group(run.id), {"type": "run.cancel"})
+        except Exception:
+            # Stored: the run's worker sees it on its next heartbeat (``agent.leases``).
+            logger.warning("run_cancel_relay_failed", run_id=str(run.id), exc_info=True)
+    return await AgentRun.objects.aget(pk=run.id)
 
 
 def _stop_local(run_id: uuid.UUID) -> bool:
@@ -256,6 +280,24 @@ def _stop_local(run_id: uuid.UUID) -> bool:
     if waiting_for_slot(task):
         task.cancel()
     return True
+
+
+def _stop_from_thread(run_id: uuid.UUID) -> None:
+    """``_stop_local`` from another thread (the lease keeper's), on the run's own loop."""
+    local = _running.get(run_id)
+    if local is not None:
+        local[0].get_loop().call_soon_threadsafe(_stop_local, run_id)
+
+
+#: This process's run leases (``agent.leases``): started with the server
+#: (``devassist.asgi``), or with the first run of a process that is not one.
+_lease_keeper = LeaseKeeper(local_runs=lambda: list(_running), stop=_stop_from_thread)
+
+
+def run_leases_start() -> None:
+    """Start this process's heartbeat: it renews its runs' leases and fails the runs of
+    workers that are gone, whether or not this process runs anything itself."""
+    _lease_keeper.ensure_started()
 
 
 #: The HTTP status of a run that failed, by its error code (anything else is 500).
@@ -437,17 +479,19 @@ async def _answer_from_documents(
 
 
 async def _watch_for_cancel(run_id: uuid.UUID, cancel: threading.Event) -> None:
-    """Stops the run when another worker relays a cancel request."""
-    layer = get_channel_layer()
-    channel = await layer.new_channel(prefix="run-control.")
-    await layer.group_add(run_group(run_id), channel)
+    """Stops the run when another worker relays a cancel request. Without a channel layer
+    the stored request reaches the run on its worker's next heartbeat (``agent.leases``)."""
+    listener = GroupListener(run_control_group(run_id))
     try:
+        await listener.join()
         while not cancel.is_set():
-            message = await layer.receive(channel)
-            if message.get("type") == "run.cancel":
+            message = await listener.receive()
+            if message is not None and message.get("type") == "run.cancel":
                 _stop_local(run_id)  # the run is this process's: the watcher is part of it
+    except LayerFailed as exc:
+        logger.warning("run_cancel_watch_failed", run_id=str(run_id), error=str(exc))
     finally:
-        await layer.group_discard(run_group(run_id), channel)
+        await listener.leave()
 
 
 #: What a run's end changes (``RunRecorder.finish``).

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 from typing import Any
@@ -11,6 +12,7 @@ from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 from django.db import connection
 
+from devassist.follow import GroupListener, broadcast
 from sandbox.health import docker_status
 
 
@@ -34,20 +36,28 @@ async def database_status() -> dict[str, Any]:
 
 
 async def channel_layer_status(*, timeout_s: float = 2.0) -> dict[str, Any]:
-    """Round-trips one message through the channel layer."""
+    """Round-trips one message through the channel layer, through this process's one reader
+    of it (``devassist.follow``), as every live event goes."""
     layer = get_channel_layer()
     if layer is None:
         return {"ok": False, "error": "no channel layer configured"}
     backend = type(layer).__name__
     started = time.monotonic()
+    listener = GroupListener(f"healthz.{uuid.uuid4().hex}")
+    token = uuid.uuid4().hex
     try:
-        channel = await layer.new_channel(prefix="healthz.")
-        token = uuid.uuid4().hex
-        await layer.send(channel, {"type": "healthz.ping", "token": token})
-        message = await asyncio.wait_for(layer.receive(channel), timeout=timeout_s)
+        async with asyncio.timeout(timeout_s):
+            await listener.join()
+            await broadcast(listener.group, {"type": "healthz.ping", "token": token})
+            message = await listener.receive()
+    except TimeoutError:
+        return {"ok": False, "backend": backend, "error": f"no answer within {timeout_s:g} s"}
     except Exception as exc:
         return {"ok": False, "backend": backend, "error": str(exc)[:300] or type(exc).__name__}
-    if message.get("token") != token:
+    finally:
+        with contextlib.suppress(Exception):
+            await listener.leave()
+    if message is None or message.get("token") != token:
         return {"ok": False, "backend": backend, "error": "channel layer returned another message"}
     return {
         "ok": True,

@@ -106,15 +106,30 @@ elif DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     }
 
 REDIS_URL = env_str("REDIS_URL")
+#: A group entry of a process that died (or lost its connection) is gone after this long;
+#: followers re-join their groups well before it passes.
+CHANNELS_GROUP_EXPIRY_S = env_int("CHANNELS_GROUP_EXPIRY_S", 300)
+#: Messages waiting on one channel before more are dropped: a process reads every event of
+#: every run and trace it follows through one channel (devassist/follow.py).
+CHANNEL_CAPACITY = 10_000
 if REDIS_URL:
+    from devassist.channel_layer import redis_layer_config
+
     CHANNEL_LAYERS = {
-        "default": {
-            "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL], "prefix": env_str("CHANNELS_PREFIX", "devassist")},
-        }
+        "default": redis_layer_config(
+            REDIS_URL,
+            prefix=env_str("CHANNELS_PREFIX", "devassist"),
+            group_expiry_s=CHANNELS_GROUP_EXPIRY_S,
+            capacity=CHANNEL_CAPACITY,
+        )
     }
 else:
-    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels.layers.InMemoryChannelLayer",
+            "CONFIG": {"capacity": CHANNEL_CAPACITY},
+        }
+    }
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -210,6 +225,15 @@ LLM = {
 # Runs working at once in this process (agent/slots.py): a run gives its slot back while it
 # waits on the model, a tool or the knowledge store. 0 for no limit.
 AGENT_RUN_SLOTS = env_int("AGENT_RUN_SLOTS", 2)
+# Every running run has a lease held by the worker that executes it (agent/leases.py): the
+# worker renews its runs' leases every RUN_HEARTBEAT_S, and any worker fails a run whose lease
+# is older than RUN_LEASE_S (its worker died) with ``worker_lost``.
+RUN_HEARTBEAT_S = env_float("RUN_HEARTBEAT_S", 10.0)
+RUN_LEASE_S = env_float("RUN_LEASE_S", 30.0)
+RUN_LEASE_KEEPER = True  # the test suite beats by hand
+# Seconds between SSE heartbeat comments (``: ping``) on a quiet stream.
+SSE_HEARTBEAT_S = env_float("SSE_HEARTBEAT_S", 15.0)
+
 
 # Knowledge (only agent/knowledge/ talks to Chroma). Chroma runs embedded under CHROMA_PATH
 # unless CHROMA_URL names a Chroma server; the BM25 indexes always live under CHROMA_PATH.

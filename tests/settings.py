@@ -41,5 +41,8 @@ os.environ["CHROMA_PATH"] = tempfile.mkdtemp(prefix="devassist-test-chroma-")
 from devassist.settings import *  # noqa: E402, F403
 
 SANDBOX_WARM_ON_START = False
+# Lease tests beat by hand (agent.leases.LeaseKeeper.beat): no thread of this process reaps
+# the stale runs they make. Servers the tests start keep their keeper.
+RUN_LEASE_KEEPER = False
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 TEST_REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/0")

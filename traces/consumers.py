@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import uuid
 from typing import Any
 from urllib.parse import parse_qs
 
 import structlog
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.conf import settings
 
-from devassist.follow import LogFollower
+from devassist.follow import LogFollower, follow
 from traces.access import can_view
 from traces.projections import trace_dict
 from traces.store import TraceNotFound, get_trace_store, group_name
@@ -19,22 +22,25 @@ logger = structlog.get_logger(__name__)
 CLOSE_BAD_REQUEST = 4400
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_NOT_FOUND = 4404
+CLOSE_INTERNAL_ERROR = 1011
 REPLAY_PAGE = 1000
 
 
 class TraceWatchConsumer(AsyncJsonWebsocketConsumer):
     """Sends ``connected`` (trace + ``last_seq``), the events after ``?after_seq=`` from the log,
-    then live events, each exactly once and in ``seq`` order.
+    then live events, each exactly once and in ``seq`` order, until ``trace_completed``.
 
-    The consumer joins the trace's group before it reads ``last_seq``, so nothing falls between
-    the replay and the live stream. Events can reach the group out of order when writers race;
-    a gap is filled from the log (everything below a broadcast seq is already committed) and a
-    seq already sent is dropped.
+    The events come through ``devassist.follow.follow``, as a run's SSE stream does: it joins
+    the trace's group before it reads the log, fills gaps from the log, reads the log on quiet
+    periods, and reads it every second instead when the channel layer fails, so a watcher
+    never hangs on a layer that stopped delivering. The consumer has no channel of its own.
     """
 
-    group: str | None = None
+    # The follower has its own channel; a consumer's channel would only add a second reader
+    # that ends the socket when the layer fails.
+    channel_layer_alias = None
     trace_id: uuid.UUID
-    follower: LogFollower
+    forwarding: asyncio.Task[None] | None = None
 
     async def connect(self) -> None:
         user = self.scope.get("user")
@@ -60,10 +66,7 @@ class TraceWatchConsumer(AsyncJsonWebsocketConsumer):
             # Someone else's trace looks exactly like a missing one.
             await self._refuse(CLOSE_NOT_FOUND)
             return
-        self.group = group_name(self.trace_id)
-        await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
-        trace = await store.get_trace(self.trace_id)
         await self.send_json(
             {
                 "event": "connected",
@@ -72,26 +75,41 @@ class TraceWatchConsumer(AsyncJsonWebsocketConsumer):
                 "trace": trace_dict(trace),
             }
         )
-        self.follower = LogFollower(
+        follower = LogFollower(
             self._fetch,
             after_seq=trace.last_seq if after_seq is None else min(after_seq, trace.last_seq),
             page_size=REPLAY_PAGE,
         )
-        async for _, event in self.follower.backlog(up_to=trace.last_seq):
-            await self.send_json(event)
+        self.forwarding = asyncio.create_task(self._forward(follower))
         logger.info("trace_watch_connected", trace_id=str(self.trace_id), after_seq=after_seq)
 
     async def disconnect(self, code: int) -> None:
-        if self.group is not None:
-            await self.channel_layer.group_discard(self.group, self.channel_name)
+        if self.forwarding is not None:
+            self.forwarding.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.forwarding
 
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
         """The watch is one-way; client messages are ignored."""
 
-    async def trace_event(self, message: dict[str, Any]) -> None:
-        event = message["event"]
-        async for _, item in self.follower.live(event["seq"], event):
-            await self.send_json(item)
+    async def _forward(self, follower: LogFollower) -> None:
+        """Send the trace's events; the socket stays open after ``trace_completed`` (the
+        client closes it), with nothing more to send."""
+        try:
+            async for item in follow(
+                group_name(self.trace_id),
+                follower,
+                live_event=_live_trace_event,
+                heartbeat_s=settings.SSE_HEARTBEAT_S,
+            ):
+                if item is None:
+                    continue  # daphne pings the socket itself
+                await self.send_json(item[1])
+                if item[1]["event"] == "trace_completed":
+                    return
+        except Exception:
+            logger.exception("trace_watch_failed", trace_id=str(self.trace_id))
+            await self.close(code=CLOSE_INTERNAL_ERROR)
 
     async def _fetch(self, after_seq: int, up_to: int | None) -> list[tuple[int, dict[str, Any]]]:
         page = await get_trace_store().events_after(
@@ -116,3 +134,10 @@ class TraceWatchConsumer(AsyncJsonWebsocketConsumer):
         # without the close code that tells the client why.
         await self.accept()
         await self.close(code=code)
+
+
+def _live_trace_event(message: dict[str, Any]) -> tuple[int, dict[str, Any]] | None:
+    if message.get("type") != "trace.event":
+        return None
+    event = message["event"]
+    return event["seq"], event

@@ -23,7 +23,6 @@ from typing import Any, Protocol
 
 import structlog
 from asgiref.sync import sync_to_async
-from channels.layers import get_channel_layer
 from django.conf import settings
 from django.db import connection, models, transaction
 from django.db.models import F, Q, QuerySet
@@ -42,6 +41,7 @@ from devassist.db import (
     placeholder_ids,
 )
 from devassist.errors import BadRequest, Conflict, NotFound, PayloadTooLarge
+from devassist.follow import broadcast
 from traces.models import (
     FINAL_TRACE_STATUSES,
     Step,
@@ -194,6 +194,18 @@ class TraceStore(Protocol):
     ) -> list[dict[str, Any]]: ...
 
     async def publish(self, trace_id: uuid.UUID, events: Iterable[dict[str, Any]]) -> None: ...
+
+    def add_steps_sync(
+        self,
+        trace_id: uuid.UUID,
+        steps: Sequence[StepCreate],
+        updates: Mapping[uuid.UUID, dict[str, Any]] | None = None,
+        with_rows: Sequence[models.Model] = (),
+        *,
+        with_writes: Sequence[db.Statement] = (),
+        complete: str | None = None,
+        total_duration_ms: int | None = None,
+    ) -> tuple[AddedSteps, list[dict[str, Any]]]: ...
 
     async def get_trace(self, trace_id: uuid.UUID) -> Trace: ...
 
@@ -1208,14 +1220,9 @@ class OrmTraceStore:
 
     async def publish(self, trace_id: uuid.UUID, events: Iterable[dict[str, Any]]) -> None:
         """Broadcast committed events of the trace to its watchers."""
-        layer = get_channel_layer()
-        if layer is None:
-            return
         for event in events:
             try:
-                await layer.group_send(
-                    group_name(trace_id), {"type": "trace.event", "event": event}
-                )
+                await broadcast(group_name(trace_id), {"type": "trace.event", "event": event})
             except Exception:
                 # The event is in the log; watchers fill the gap from there on their next event.
                 logger.exception("trace_event_broadcast_failed", trace_id=str(trace_id))

@@ -471,7 +471,7 @@ async def test_a_cancelled_run_is_exported_with_its_unfinished_model_call(
         if scripted.requests:
             break
         await asyncio.sleep(0.01)
-    await run_cancel(run=run)
+    await run_cancel(user=superuser, run=run)
     await task
     await sync_to_async(langfuse_wait_for_exports)()
 

@@ -9,13 +9,13 @@ import uuid
 from typing import Any
 
 import pytest
-from channels.layers import get_channel_layer
 
-from agent.events import run_group
+from agent.events import run_control_group
 from agent.models import AgentRun, RunEvent, RunMode, RunStatus
 from agent.runs import run_cancel, run_create, run_start
 from agent.slots import run_slot, slot_released, waiting_for_slot
 from agent.tools.registry import Tool, ToolContext, ToolRegistry
+from devassist.follow import broadcast
 
 EMPTY = {"type": "object", "properties": {}, "additionalProperties": False}
 
@@ -271,9 +271,9 @@ async def test_stopping_a_run_that_waits_for_a_slot_cancels_it_at_once(
     assert waiting_for_slot(task)
 
     if asked == "here":
-        await run_cancel(run=run)
+        await run_cancel(user=user, run=run)
     else:  # what run_cancel sends when the run executes in another process
-        await get_channel_layer().group_send(run_group(run.id), {"type": "run.cancel"})
+        await broadcast(run_control_group(run.id), {"type": "run.cancel"})
     # Over while the only slot is still taken (asyncio.wait: a run swallows a cancellation,
     # so wait_for's timeout would not show).
     done, _ = await asyncio.wait({task}, timeout=5)

@@ -7,11 +7,12 @@ from typing import Any
 import httpx
 import pytest
 from asgiref.sync import sync_to_async
-from channels.layers import channel_layers, get_channel_layer
+from channels.layers import channel_layers
 from channels.testing import WebsocketCommunicator
 from django.db import connection
 
 from devassist.asgi import application
+from devassist.follow import broadcast
 from devassist.services import api_token_create
 from tests.servers import daphne_server
 from tests.traces.factories import step
@@ -143,9 +144,7 @@ async def test_gaps_are_filled_from_the_log_and_duplicates_dropped(user):
 
     # The late broadcast of seq 2 is a duplicate now.
     late = (await store.events_after(trace.id, 1, limit=1))[0]
-    await get_channel_layer().group_send(
-        group_name(trace.id), {"type": "trace.event", "event": late}
-    )
+    await broadcast(group_name(trace.id), {"type": "trace.event", "event": late})
     assert await communicator.receive_nothing()
     await communicator.disconnect()
 
