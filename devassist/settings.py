@@ -189,6 +189,11 @@ SANDBOX: dict[str, Any] = {
         "tmpfs_mb": env_int("SANDBOX_TMPFS_MB", 64),
         "pool_size": env_int("SANDBOX_POOL_SIZE", 2),
         "output_limit_chars": env_int("SANDBOX_OUTPUT_LIMIT_CHARS", 20_000),
+        # An OCI runtime the engine knows (`runsc` for gVisor); empty: the engine's default.
+        "runtime": env_str("SANDBOX_RUNTIME"),
+        # Set as the org.devassist.session label on every container (the test suite uses it to
+        # tell its own servers' containers from others on the same engine); empty: no label.
+        "session_label": env_str("SANDBOX_SESSION_LABEL"),
     },
 }
 # Overrides of the AST scan's policy (sandbox.scanner.ScanPolicy.with_overrides), e.g.
@@ -198,6 +203,10 @@ SANDBOX_TIMEOUT_DEFAULT_S = 5
 SANDBOX_TIMEOUT_MAX_S = 60
 # Start the warm pool when the ASGI application loads, instead of at the first execution.
 SANDBOX_WARM_ON_START = env_bool("SANDBOX_WARM_ON_START", default=True)
+# Executions this process runs at once (sandbox/slots.py; more wait in turn), and how many of
+# them one user may hold, running or waiting: one more answers 429 sandbox_busy.
+SANDBOX_SLOTS = env_int("SANDBOX_SLOTS", 6)
+SANDBOX_USER_SLOTS = env_int("SANDBOX_USER_SLOTS", max(1, SANDBOX_SLOTS // 2))
 
 # The language model (only agent/llm/ talks to it). With no LLM_BASE_URL the offline provider
 # answers: deterministic, network-free, still speaking the ReAct protocol.
@@ -233,7 +242,6 @@ RUN_LEASE_S = env_float("RUN_LEASE_S", 30.0)
 RUN_LEASE_KEEPER = True  # the test suite beats by hand
 # Seconds between SSE heartbeat comments (``: ping``) on a quiet stream.
 SSE_HEARTBEAT_S = env_float("SSE_HEARTBEAT_S", 15.0)
-
 
 # Knowledge (only agent/knowledge/ talks to Chroma). Chroma runs embedded under CHROMA_PATH
 # unless CHROMA_URL names a Chroma server; the BM25 indexes always live under CHROMA_PATH.

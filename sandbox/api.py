@@ -18,7 +18,8 @@ router = Router(tags=["sandbox"])
 async def execute(request: HttpRequest, payload: ExecuteIn) -> dict[str, Any]:
     """Scan, then run ``code`` in a fresh container. A timeout is a result
     (``timed_out: true``); blocked code is 400 ``sandbox_code_blocked`` with the safety report
-    in ``details``; no Docker engine is 503 ``docker_not_available``."""
+    in ``details``; a user who already has ``SANDBOX_USER_SLOTS`` executions running is 429
+    ``sandbox_busy``; no Docker engine is 503 ``docker_not_available``."""
     execution = await code_execute(
         user=api_user(request), code=payload.code, timeout_s=payload.timeout_s
     )

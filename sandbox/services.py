@@ -6,18 +6,18 @@ import asyncio
 import threading
 import uuid
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import lru_cache, partial
 from http import HTTPStatus
 from typing import Any
 
 import structlog
-from asgiref.sync import sync_to_async
 from django.conf import settings
 
 from devassist.errors import ApiError, BadRequest, PayloadTooLarge
 from sandbox.backends import get_sandbox
 from sandbox.backends.base import ExecResult, SandboxUnavailable
 from sandbox.scanner import DEFAULT_POLICY, ScanPolicy, ScanReport, scan
+from sandbox.slots import SlotClaim, get_sandbox_slots, slot_owner
 from traces.models import StepStatus, TraceMode, TraceStatus
 from traces.store import StepCreate, get_trace_store
 
@@ -62,18 +62,26 @@ def code_size_check(code: str) -> None:
 
 
 async def run_scanned(
-    *, code: str, timeout_s: float, cancel: threading.Event | None = None
+    *, user: Any, code: str, timeout_s: float, cancel: threading.Event | None = None
 ) -> tuple[ScanReport, ExecResult | None]:
-    """Scan, then run unless blocked: ``(report, None)`` for blocked code. Raises
+    """Scan, then run for ``user`` unless blocked: ``(report, None)`` for blocked code. Raises
+    ``SandboxBusy`` (before scanning) when ``user`` holds all their sandbox slots, and
     ``SandboxUnavailable``. Cancelling the awaiting task stops the container too."""
+    with get_sandbox_slots().claim(slot_owner(user)) as claim:
+        return await _scan_and_run(claim, code=code, timeout_s=timeout_s, cancel=cancel)
+
+
+async def _scan_and_run(
+    claim: SlotClaim, *, code: str, timeout_s: float, cancel: threading.Event | None
+) -> tuple[ScanReport, ExecResult | None]:
     report = scan(code, scan_policy())
     if report.blocked:
         return report, None
     backend = get_sandbox()
     cancel = cancel or threading.Event()
     try:
-        result = await sync_to_async(_run, thread_sensitive=False)(
-            backend, code=code, timeout_s=timeout_s, cancel=cancel
+        result = await claim.run(
+            partial(_run, backend, code=code, timeout_s=timeout_s, cancel=cancel)
         )
     except asyncio.CancelledError:
         cancel.set()
@@ -88,10 +96,18 @@ def _run(backend: Any, *, code: str, timeout_s: float, cancel: threading.Event) 
 
 async def code_execute(*, user: Any, code: str, timeout_s: float) -> Execution:
     """Run ``code`` for ``user`` through the scan and the sandbox, recorded as a ``call``
-    trace (goal → action ``execute_code`` → result). Raises ``SandboxCodeTooLarge``,
-    ``SandboxCodeBlocked`` (with the report in ``details``) and ``DockerNotAvailable``; the
-    trace records those failures too."""
+    trace (goal → action ``execute_code`` → result). Raises ``SandboxCodeTooLarge`` and
+    ``SandboxBusy`` (``user`` holds all their sandbox slots) before anything is recorded, then
+    ``SandboxCodeBlocked`` (with the report in ``details``) and ``DockerNotAvailable``, which
+    the trace records too."""
     code_size_check(code)
+    with get_sandbox_slots().claim(slot_owner(user)) as claim:
+        return await _execute_recorded(claim, user=user, code=code, timeout_s=timeout_s)
+
+
+async def _execute_recorded(
+    claim: SlotClaim, *, user: Any, code: str, timeout_s: float
+) -> Execution:
     store = get_trace_store()
     first_line = next((line for line in code.splitlines() if line.strip()), "")[:200]
     trace = await store.create_trace(
@@ -107,7 +123,7 @@ async def code_execute(*, user: Any, code: str, timeout_s: float) -> Execution:
     )
     await store.add_steps(trace.id, [goal, action])
     try:
-        report, result = await run_scanned(code=code, timeout_s=timeout_s)
+        report, result = await _scan_and_run(claim, code=code, timeout_s=timeout_s, cancel=None)
     except SandboxUnavailable as exc:
         await _finish(trace.id, goal, action, error=str(exc), data={"hint": exc.hint})
         raise DockerNotAvailable(

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import socket
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -106,22 +108,38 @@ def store() -> Any:
 
 @pytest.fixture(scope="session", autouse=True)
 def _no_sandbox_container_outlives_the_session() -> Iterator[None]:
-    """Whatever ran, once the session ends no labelled sandbox container may remain."""
-    yield
-    from sandbox.backends.docker import LABEL, close_all
+    """Once the session ends, no sandbox container of this session may remain: neither this
+    process's (labelled with its host and pid) nor those of the servers it started (they
+    inherit ``SANDBOX_SESSION_LABEL``, set here before any of them starts). Containers of other
+    DevAssist processes on the same engine (a `make run` server, another test session) do not
+    count."""
+    from sandbox.backends.docker import (
+        LABEL,
+        LABEL_HOST,
+        LABEL_PID,
+        LABEL_SESSION,
+        close_all,
+    )
 
+    session = f"tests-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    os.environ["SANDBOX_SESSION_LABEL"] = session
+    yield
     close_all()
     if not docker_status()["ok"]:
         return
     client = docker_client(timeout_s=10)
     try:
-        # In CI every container counts (the daphne subprocesses' too); on a shared development
-        # machine only this session's, since other sessions may be running.
-        labels = [LABEL] if IN_CI else [LABEL, f"org.devassist.pid={os.getpid()}"]
-        listed = client.api.containers(all=True, filters={"label": labels})
-        left = [entry["Names"][0] for entry in listed]
+        listed = client.api.containers(all=True, filters={"label": LABEL})
     finally:
         client.close()
+    this_process = (socket.gethostname(), str(os.getpid()))
+
+    def ours(labels: dict[str, str]) -> bool:
+        return labels.get(LABEL_SESSION) == session or (
+            (labels.get(LABEL_HOST), labels.get(LABEL_PID)) == this_process
+        )
+
+    left = [entry["Names"][0] for entry in listed if ours(entry.get("Labels") or {})]
     assert left == [], f"sandbox containers left behind: {left}"
 
 

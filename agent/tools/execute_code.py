@@ -2,8 +2,9 @@
 
 The observation is data for the model, never an exception for what the code did: blocked code,
 a non-zero exit, a timeout or a cancellation all come back as a dict. Only an unreachable
-sandbox (``ToolFailed``) or oversized code (``SandboxCodeTooLarge``, wrapped by the registry
-into ``ToolFailed``) raise.
+sandbox or a user who already holds all their sandbox slots (``ToolFailed``, which the loop
+hands to the model as the step's error) or oversized code (``SandboxCodeTooLarge``, wrapped by
+the registry into ``ToolFailed``) raise.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 from agent.tools.registry import Tool, ToolContext, ToolFailed
 from sandbox.backends.base import SandboxUnavailable
 from sandbox.services import code_size_check, run_scanned
+from sandbox.slots import SandboxBusy
 
 DEFAULT_TIMEOUT_S = 10
 MAX_TIMEOUT_S = 60
@@ -54,12 +56,21 @@ async def execute_code(args: dict[str, Any], context: ToolContext) -> dict[str, 
 
     Blocked code returns ``{"blocked": True, "safety", "findings"}`` without running. Setting
     ``context.cancel`` stops the container; the result then says ``cancelled``. Raises
-    ``SandboxCodeTooLarge`` and ``ToolFailed`` (sandbox unavailable)."""
+    ``SandboxCodeTooLarge`` and ``ToolFailed`` (sandbox unavailable, or ``context.user``
+    already has ``SANDBOX_USER_SLOTS`` executions running: code ``sandbox_busy``)."""
     code: str = args["code"]
     timeout_s = float(args.get("timeout_s", DEFAULT_TIMEOUT_S))
     code_size_check(code)
     try:
-        report, result = await run_scanned(code=code, timeout_s=timeout_s, cancel=context.cancel)
+        report, result = await run_scanned(
+            user=context.user, code=code, timeout_s=timeout_s, cancel=context.cancel
+        )
+    except SandboxBusy as exc:
+        raise ToolFailed(
+            f"code execution is busy: {exc.message} Answer without running code, or call "
+            "execute_code again in a later step.",
+            details={"tool": TOOL.name, "error": "SandboxBusy", "code": exc.code, **exc.details},
+        ) from exc
     except SandboxUnavailable as exc:
         raise ToolFailed(
             f"code execution is unavailable: {exc}. Answer without running code, or try "

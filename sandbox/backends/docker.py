@@ -3,10 +3,13 @@ single-use containers, and a reaper for containers a crashed process left behind
 
 Isolation (the container is the security boundary; the AST scan in front of it only refuses
 clearly dangerous code early): no network, read-only root filesystem, ``/tmp`` as a small tmpfs
-(nosuid, nodev), user 65534:65534, every capability dropped, ``no-new-privileges``, Docker's
-default seccomp profile, memory with swap equal to it, a pids limit, a CPU quota, ``nofile`` and
-``fsize`` ulimits, an init process, and no environment from the host. Code goes in on stdin;
-nothing of the host is mounted.
+(nosuid, nodev), ``/dev/mqueue`` covered by an empty read-only tmpfs, user 65534:65534, every
+capability dropped, ``no-new-privileges``, the project's seccomp profile (``sandbox/seccomp.py``:
+Docker's default without io_uring, ptrace, process_vm_*, keyrings, bpf, userfaultfd and perf),
+private IPC and cgroup namespaces, memory with swap equal to it, a pids limit, a CPU quota,
+``nofile`` and ``fsize`` ulimits, an init process, and no environment from the host. Code goes
+in on stdin; nothing of the host is mounted. An OCI runtime (``runsc`` for gVisor) can be
+chosen with the ``runtime`` option.
 
 The timeout is kept on the host with a monotonic clock: when it passes, the container is
 removed with force and the result says ``timed_out``. Output is read incrementally into
@@ -39,6 +42,7 @@ from docker.types import Ulimit
 from sandbox.backends.base import ExecResult, SandboxUnavailable
 from sandbox.engine import docker_client
 from sandbox.output import DEFAULT_LIMIT_CHARS, CappedStream
+from sandbox.seccomp import seccomp_profile_json
 
 logger = structlog.get_logger(__name__)
 
@@ -49,6 +53,8 @@ LABEL_HOST = "org.devassist.host"
 LABEL_PID = "org.devassist.pid"
 LABEL_EXPIRES = "org.devassist.expires_at"
 LABEL_ROLE = "org.devassist.role"
+#: The ``session_label`` option's value, when one is set.
+LABEL_SESSION = "org.devassist.session"
 
 #: The container's only writable place (its own tmpfs, nothing of the host).
 CONTAINER_TMP = "/tmp"  # noqa: S108
@@ -58,6 +64,9 @@ _HOST = socket.gethostname()
 _STREAM_STDOUT = 1
 _STREAM_STDERR = 2
 _READ_CHUNK = 65536
+#: Covers the engine's writable ``/dev/mqueue`` (the IPC namespace's message queues stay usable
+#: through ``mq_open``; the path is not writable like the rest of the filesystem).
+MQUEUE_TMPFS = "ro,nosuid,nodev,noexec,size=0"
 ENGINE_HINT = (
     "Start the Docker engine (or set DOCKER_HOST), then build the sandbox image with "
     "`python manage.py sandbox_image build`."
@@ -94,8 +103,12 @@ class DockerSandbox:
         reap_interval_s: float = 60.0,
         output_limit_chars: int = DEFAULT_LIMIT_CHARS,
         max_timeout_s: float = 60.0,
+        runtime: str = "",
+        session_label: str = "",
     ) -> None:
         self._image = image
+        self.runtime = runtime
+        self.session_label = session_label
         self.limits = Limits(
             memory_mb=memory_mb,
             pids=pids_limit,
@@ -201,6 +214,12 @@ class DockerSandbox:
                     f"Sandbox image {self.image} is missing.",
                     hint="Build it with `python manage.py sandbox_image build`.",
                 ) from exc
+            if self.runtime and "runtime" in str(exc).lower():
+                raise SandboxUnavailable(
+                    f"The engine cannot run the OCI runtime {self.runtime!r}: {exc}",
+                    hint="Install it and register it with the engine (`runtimes` in "
+                    "daemon.json), or unset SANDBOX_RUNTIME to use the engine's default.",
+                ) from exc
             raise SandboxUnavailable(f"Could not start a sandbox: {exc}", hint=ENGINE_HINT) from exc
         finally:
             if self.pool_size:
@@ -296,6 +315,15 @@ class DockerSandbox:
     def _create(self, *, deadline_s: float, role: str = "exec") -> Container:
         limits = self.limits
         expires_at = int(time.time() + deadline_s)
+        labels = {
+            LABEL: "1",
+            LABEL_ROLE: role,
+            LABEL_HOST: _HOST,
+            LABEL_PID: str(os.getpid()),
+            LABEL_EXPIRES: str(expires_at),
+        }
+        if self.session_label:
+            labels[LABEL_SESSION] = self.session_label
         return self.client().containers.create(
             self.image,
             command=["python3", "-I", "-u", "-"],
@@ -306,9 +334,12 @@ class DockerSandbox:
             hostname="sandbox",
             network_mode="none",
             read_only=True,
-            tmpfs={CONTAINER_TMP: f"rw,nosuid,nodev,size={limits.tmpfs_mb}m,mode=1777"},
+            tmpfs={
+                CONTAINER_TMP: f"rw,nosuid,nodev,size={limits.tmpfs_mb}m,mode=1777",
+                "/dev/mqueue": MQUEUE_TMPFS,
+            },
             cap_drop=["ALL"],
-            security_opt=["no-new-privileges:true"],
+            security_opt=["no-new-privileges:true", f"seccomp={seccomp_profile_json()}"],
             mem_limit=f"{limits.memory_mb}m",
             memswap_limit=f"{limits.memory_mb}m",
             pids_limit=limits.pids,
@@ -323,13 +354,9 @@ class DockerSandbox:
             ],
             init=True,
             ipc_mode="none",
-            labels={
-                LABEL: "1",
-                LABEL_ROLE: role,
-                LABEL_HOST: _HOST,
-                LABEL_PID: str(os.getpid()),
-                LABEL_EXPIRES: str(expires_at),
-            },
+            cgroupns="private",
+            runtime=self.runtime or None,
+            labels=labels,
             name=f"devassist-sandbox-{uuid.uuid4().hex[:12]}",
         )
 

@@ -14,6 +14,7 @@ import time
 
 import pytest
 
+from sandbox.backends.base import SandboxUnavailable
 from sandbox.backends.docker import DockerSandbox
 from sandbox.engine import docker_client
 
@@ -324,3 +325,158 @@ def test_containers_of_the_image_that_the_backend_did_not_start_are_not_reaped(
             bystander.remove(force=True)
     finally:
         client.close()
+
+
+# --- the hardening beyond Docker's defaults: seccomp, /dev/mqueue, cgroup namespace -----------
+
+#: Numbers of the syscalls the project's profile refuses, for the architectures the image runs on.
+SYSCALL_NUMBERS = {
+    "x86_64": {
+        "io_uring_setup": 425,
+        "io_uring_enter": 426,
+        "io_uring_register": 427,
+        "ptrace": 101,
+        "process_vm_readv": 310,
+        "process_vm_writev": 311,
+        "keyctl": 250,
+        "add_key": 248,
+        "request_key": 249,
+        "bpf": 321,
+        "userfaultfd": 323,
+        "perf_event_open": 298,
+    },
+    "aarch64": {
+        "io_uring_setup": 425,
+        "io_uring_enter": 426,
+        "io_uring_register": 427,
+        "ptrace": 117,
+        "process_vm_readv": 270,
+        "process_vm_writev": 271,
+        "keyctl": 219,
+        "add_key": 217,
+        "request_key": 218,
+        "bpf": 280,
+        "userfaultfd": 282,
+        "perf_event_open": 241,
+    },
+}
+
+#: Prints ``<return value> <errno name>`` of one raw syscall (``NR`` and ``ARGS`` filled in).
+SYSCALL_PROBE = """
+import ctypes, errno
+libc = ctypes.CDLL(None, use_errno=True)
+result = libc.syscall(NR, *ARGS)
+print(result, errno.errorcode.get(ctypes.get_errno(), "0"))
+"""
+
+
+def syscall(sandbox: DockerSandbox, name: str, *args: str) -> tuple[int, str]:
+    """Run syscall ``name`` in the container with ``args`` (Python expressions evaluated
+    inside it); returns its return value and errno name."""
+    machine = os.uname().machine
+    if machine not in SYSCALL_NUMBERS:
+        pytest.skip(f"no syscall numbers for {machine}")
+    code = SYSCALL_PROBE.replace("NR", str(SYSCALL_NUMBERS[machine][name])).replace(
+        "ARGS", f"({', '.join(args)},)" if args else "()"
+    )
+    # A refused probe returns at once; an allowed ptrace attach stops pid 1, so the container
+    # would hang until the timeout: that ends as a failed assertion, not a hung test.
+    result = run(sandbox, code, timeout_s=10)
+    assert not result.timed_out, f"{name} hung the container: {result.stderr}"
+    value, error = result.stdout.split()
+    return int(value), error
+
+
+def test_dev_mqueue_is_not_writable(sandbox):
+    code = """
+import os
+for path in ("/dev/mqueue/x", "/dev/mqueue/.x"):
+    try:
+        open(path, "w").write("x")
+        print("WROTE", path)
+    except OSError as exc:
+        print(type(exc).__name__, exc.errno)
+print(os.listdir("/dev/mqueue"))
+"""
+    result = run(sandbox, code)
+    assert "WROTE" not in result.stdout
+    first, second, listing = result.stdout.splitlines()
+    assert first.split()[1] in {"30", "13"}  # EROFS or EACCES
+    assert second == first
+    assert listing == "[]"
+
+
+def test_io_uring_setup_is_refused(sandbox):
+    value, error = syscall(sandbox, "io_uring_setup", "8", "ctypes.create_string_buffer(120)")
+    assert value == -1
+    assert error in {"EPERM", "ENOSYS"}
+
+
+def test_ptrace_of_pid_1_is_refused(sandbox):
+    value, error = syscall(sandbox, "ptrace", "16", "1", "0", "0")  # PTRACE_ATTACH
+    assert (value, error) == (-1, "EPERM")
+
+
+def test_process_vm_readv_is_refused(sandbox):
+    # Reading its own memory would succeed without the profile: only seccomp refuses it.
+    code = """
+import ctypes, errno, os
+libc = ctypes.CDLL(None, use_errno=True)
+class iovec(ctypes.Structure):
+    _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+source = ctypes.create_string_buffer(b"secret", 16)
+target = ctypes.create_string_buffer(16)
+local, remote = iovec(ctypes.addressof(target), 16), iovec(ctypes.addressof(source), 16)
+NR = {"x86_64": 310, "aarch64": 270}[os.uname().machine]
+result = libc.syscall(NR, os.getpid(), ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
+print(result, errno.errorcode.get(ctypes.get_errno(), "0"), target.value)
+"""
+    result = run(sandbox, code)
+    assert result.stdout.split() == ["-1", "EPERM", "b''"]
+
+
+@pytest.mark.parametrize("name", sorted(SYSCALL_NUMBERS["x86_64"]))
+def test_every_syscall_the_profile_removes_is_refused(sandbox, name):
+    value, error = syscall(sandbox, name, "0", "0", "0", "0", "0", "0")
+    assert value == -1
+    assert error in {"EPERM", "ENOSYS"}
+
+
+def test_the_cgroup_namespace_is_private(sandbox):
+    # In the host's namespace the paths name the container (/docker/<id>); in its own, "/".
+    result = run(sandbox, "print(open('/proc/self/cgroup').read())")
+    paths = {line.rsplit(":", 1)[1] for line in result.stdout.split()}
+    assert paths == {"/"}
+
+
+def test_created_containers_carry_the_profile_runtime_and_session_label(sandbox_image):
+    backend = DockerSandbox(
+        image=sandbox_image, pool_size=0, runtime="runc", session_label="probe-session"
+    )
+    container = backend._create(deadline_s=60)
+    client = docker_client(timeout_s=10)
+    try:
+        config = client.api.inspect_container(container.id)
+    finally:
+        client.close()
+        container.remove(force=True)
+        backend.close()
+    host = config["HostConfig"]
+    assert host["Runtime"] == "runc"
+    assert host["CgroupnsMode"] == "private"
+    (seccomp,) = [opt for opt in host["SecurityOpt"] if opt.startswith("seccomp=")]
+    assert "io_uring_setup" not in seccomp
+    assert '"defaultAction":"SCMP_ACT_ERRNO"' in seccomp
+    assert host["Tmpfs"]["/dev/mqueue"].startswith("ro,")
+    assert config["Config"]["Labels"]["org.devassist.session"] == "probe-session"
+
+
+def test_a_runtime_the_engine_does_not_know_is_unavailable_with_a_hint(sandbox_image):
+    backend = DockerSandbox(image=sandbox_image, pool_size=0, runtime="no-such-runtime")
+    try:
+        with pytest.raises(SandboxUnavailable) as raised:
+            backend.run(code="print(1)", timeout_s=5)
+    finally:
+        backend.close()
+    assert "no-such-runtime" in str(raised.value)
+    assert "SANDBOX_RUNTIME" in raised.value.hint
