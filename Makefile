@@ -10,24 +10,64 @@ RUN_ENV := DEBUG=$${DEBUG:-1}
 # The test suite runs on PostgreSQL; point TEST_DATABASE_URL elsewhere if needed.
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/devassist
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/0
-# torch is installed before the project: sentence-transformers (the local-embeddings extra, part
-# of dev) needs it, and left to itself pip takes the CUDA build, several GB. 2.13.0 resolves to
-# the CPU wheel in this machine's wheelhouse (pip.conf find-links); elsewhere, for example:
-# make install TORCH_SPEC='torch --index-url https://download.pytorch.org/whl/cpu'
-TORCH_SPEC ?= torch==2.13.0
+# Installs come from the locks in requirements/ (the versions the suite passed with; `make lock`
+# refreshes them), each stage adding to the last: run.txt is what serving needs, then
+# local-embeddings.txt adds the sentence-transformers extra with torch, then dev.txt the test and
+# lint tools. make run takes the first stage (and the second when EMBEDDINGS_BACKEND names the
+# sentence-transformers backend); make install, test and lint take all three.
+PIP := $(BIN)/python -m pip
+STAMP_RUN := $(VENV)/.installed-run
+STAMP_LOCAL_EMBEDDINGS := $(VENV)/.installed-local-embeddings
+STAMP_DEV := $(VENV)/.installed-dev
+RUN_STAMPS := $(STAMP_RUN) \
+	$(if $(findstring sentence_transformers,$(EMBEDDINGS_BACKEND)),$(STAMP_LOCAL_EMBEDDINGS))
+# The locks hold the CPU build of torch (a +cpu release), which PyPI does not carry: this machine's
+# pip finds it on disk (pip.conf find-links). Elsewhere, name PyTorch's CPU index:
+# make install TORCH_INDEX=https://download.pytorch.org/whl/cpu
+TORCH_INDEX ?=
+TORCH_INDEX_ARGS := $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX))
+# make lock: uv compiles the locks from pyproject.toml; it lives in a venv of its own, since
+# nothing installs with it. It resolves torch from LOCK_FIND_LINKS, the folder (or PyTorch's page,
+# https://download.pytorch.org/whl/cpu/torch/) that holds the CPU wheel; otherwise it would lock
+# the CUDA build's several GB of dependencies. Versions already locked are kept unless
+# pyproject.toml rules them out; make lock LOCK_ARGS=--upgrade takes the newest that fit.
+LOCK_VENV ?= .venv-lock
+UV_VERSION := 0.13.8
+LOCK_FIND_LINKS ?= /opt/wheels
+LOCK_ARGS ?=
+UV_COMPILE := $(LOCK_VENV)/bin/uv pip compile --quiet --python-version 3.11 \
+	--find-links $(LOCK_FIND_LINKS) --custom-compile-command 'make lock' --annotation-style line
 
-.PHONY: run test lint format typecheck install clean
+.PHONY: run test lint format typecheck install lock clean
 
-$(BIN)/.installed: pyproject.toml
+$(STAMP_RUN): requirements/run.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet $(TORCH_SPEC)
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(PIP) install --quiet --upgrade pip
+	$(PIP) install --quiet -r requirements/run.txt
 	touch $@
 
-install: $(BIN)/.installed
+$(STAMP_LOCAL_EMBEDDINGS): requirements/local-embeddings.txt $(STAMP_RUN)
+	$(PIP) install --quiet $(TORCH_INDEX_ARGS) -r requirements/local-embeddings.txt
+	touch $@
 
-run: $(BIN)/.installed
+$(STAMP_DEV): requirements/dev.txt $(STAMP_LOCAL_EMBEDDINGS)
+	$(PIP) install --quiet $(TORCH_INDEX_ARGS) -r requirements/dev.txt
+	touch $@
+
+install: $(STAMP_DEV)
+
+# dev.txt first: it holds every package, and the other two are compiled within its versions, so
+# each stage only adds to the one before.
+lock:
+	test -x $(LOCK_VENV)/bin/uv || ($(PYTHON) -m venv $(LOCK_VENV) \
+		&& $(LOCK_VENV)/bin/python -m pip install --quiet uv==$(UV_VERSION))
+	$(UV_COMPILE) $(LOCK_ARGS) --extra dev --constraint requirements/constraints.in \
+		-o requirements/dev.txt pyproject.toml
+	$(UV_COMPILE) --extra local-embeddings --constraint requirements/dev.txt \
+		-o requirements/local-embeddings.txt pyproject.toml
+	$(UV_COMPILE) --constraint requirements/dev.txt -o requirements/run.txt pyproject.toml
+
+run: $(RUN_STAMPS)
 	$(RUN_ENV) $(BIN)/python manage.py migrate --noinput
 	$(RUN_ENV) $(BIN)/python manage.py ensure_demo_user
 	@# The project's own documentation, searchable at once (unchanged files are skipped).
@@ -39,17 +79,17 @@ run: $(BIN)/.installed
 	@echo "DevAssist on http://$(HOST):$(PORT)/ (Ctrl+C stops it)"
 	$(RUN_ENV) $(BIN)/daphne -b $(HOST) -p $(PORT) devassist.asgi:application
 
-test: $(BIN)/.installed
+test: $(STAMP_DEV)
 	TEST_DATABASE_URL=$(TEST_DATABASE_URL) TEST_REDIS_URL=$(TEST_REDIS_URL) $(BIN)/pytest $(PYTEST_ARGS)
 
-lint: $(BIN)/.installed
+lint: $(STAMP_DEV)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy .
 
-format: $(BIN)/.installed
+format: $(STAMP_DEV)
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(LOCK_VENV) .pytest_cache .hypothesis .mypy_cache .ruff_cache
