@@ -8,7 +8,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -59,10 +59,12 @@ def http_server(
     ready_path: str,
     env: dict[str, str] | None = None,
     timeout_s: float = 30.0,
+    started: Callable[[subprocess.Popen[bytes]], object] | None = None,
 ) -> Iterator[str]:
     """Run ``command`` (a server that listens on 127.0.0.1:``port``) and yield its base URL
-    once ``ready_path`` answers; the server is always stopped. Its output goes to a file (a
-    pipe nobody reads would block it) and is shown when it fails to start."""
+    once ``ready_path`` answers; the server is always stopped (a test that killed it itself
+    is fine). Its output goes to a file (a pipe nobody reads would block it) and is shown when
+    it fails to start. ``started`` is given the process as soon as it exists (to kill it)."""
     base_url = f"http://127.0.0.1:{port}"
     with tempfile.TemporaryFile() as log:
 
@@ -71,6 +73,8 @@ def http_server(
             return log.read().decode(errors="replace")[-5000:]
 
         process = subprocess.Popen(command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+        if started is not None:
+            started(process)
         name = Path(command[0]).name
         try:
             deadline = time.monotonic() + timeout_s
@@ -96,12 +100,22 @@ def http_server(
 
 
 @contextmanager
-def daphne_server(env: dict[str, str], *, timeout_s: float = 30.0) -> Iterator[str]:
+def daphne_server(
+    env: dict[str, str],
+    *,
+    timeout_s: float = 30.0,
+    started: Callable[[subprocess.Popen[bytes]], object] | None = None,
+) -> Iterator[str]:
     """Run DevAssist under daphne with ``env`` (on top of a clean copy of os.environ) and
-    yield its base URL once ``/healthz`` answers."""
+    yield its base URL once ``/healthz`` answers; ``started`` as for ``http_server``."""
     port = free_port()
     command = [str(DAPHNE), "-b", "127.0.0.1", "-p", str(port), "devassist.asgi:application"]
     with http_server(
-        command, port=port, ready_path="/healthz", env=clean_env(env), timeout_s=timeout_s
+        command,
+        port=port,
+        ready_path="/healthz",
+        env=clean_env(env),
+        timeout_s=timeout_s,
+        started=started,
     ) as base_url:
         yield base_url
