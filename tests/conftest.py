@@ -8,8 +8,9 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import pytest
-from asgiref.sync import SyncToAsync
+from asgiref.sync import SyncToAsync, sync_to_async
 from channels.layers import channel_layers
 from django.contrib.auth.models import User
 from django.db import connections
@@ -83,6 +84,23 @@ def staff_user(django_user_model: Any) -> User:
 def token_client(user: User) -> Client:
     _, raw = api_token_create(user=user, name="tests")
     return Client(headers={"Authorization": f"Bearer {raw}"})
+
+
+async def post_as(
+    user: User, path: str, json: Any = None, *, timeout_s: float = 60
+) -> httpx.Response:
+    """POST ``path`` as ``user`` (a new bearer token) through the ASGI application, as daphne
+    serves it."""
+    from devassist.asgi import application
+
+    _, raw = await sync_to_async(api_token_create)(user=user, name="tests")
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=application),
+        base_url="http://127.0.0.1",
+        headers={"Authorization": f"Bearer {raw}"},
+        timeout=timeout_s,
+    ) as client:
+        return await client.post(path, json=json)
 
 
 @pytest.fixture

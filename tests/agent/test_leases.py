@@ -10,7 +10,6 @@ from datetime import timedelta
 from http import HTTPStatus
 from typing import Any
 
-import httpx
 import pytest
 from asgiref.sync import sync_to_async
 from django.utils import timezone
@@ -19,8 +18,7 @@ from agent.events import follow_run
 from agent.leases import WORKER_LOST, LeaseKeeper, reap_lost, renew, worker_id
 from agent.models import AgentRun, RunEvent, RunStatus
 from agent.runs import run_create
-from devassist.asgi import application
-from devassist.services import api_token_create
+from tests.conftest import post_as
 from traces.models import Step, StepStatus, Trace, TraceStatus
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -38,17 +36,6 @@ async def lost_run(user: Any, *, ago_s: float = 600, heartbeat: bool = True) -> 
 
 async def log_of(run: AgentRun) -> list[dict[str, Any]]:
     return [e.payload async for e in RunEvent.objects.filter(run_id=run.id).order_by("seq")]
-
-
-async def post_as(user: Any, path: str) -> httpx.Response:
-    """POST ``path`` to the ASGI application with a bearer token of ``user``."""
-    _, token = await sync_to_async(api_token_create)(user=user, name="tests")
-    async with httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=application),
-        base_url="http://127.0.0.1",
-        headers={"Authorization": f"Bearer {token}"},
-    ) as client:
-        return await client.post(path)
 
 
 async def test_a_run_whose_worker_is_gone_fails_with_worker_lost(user):

@@ -10,7 +10,6 @@ from collections.abc import AsyncIterator, Iterator
 from http import HTTPStatus
 from typing import Any
 
-import httpx
 import pytest
 import redis
 from asgiref.sync import sync_to_async
@@ -26,7 +25,7 @@ from devassist.asgi import application
 from devassist.channel_layer import RedisChannelLayer, redis_layer_config
 from devassist.follow import GroupListener
 from devassist.services import api_token_create
-from tests.conftest import require
+from tests.conftest import post_as, require
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -95,17 +94,6 @@ async def collect(events: AsyncIterator[Any], *, timeout_s: float) -> list[Any]:
         return [item async for item in events]
 
     return await asyncio.wait_for(drain(), timeout_s)
-
-
-async def post_as(user: Any, path: str) -> httpx.Response:
-    """POST ``path`` to the ASGI application with a bearer token of ``user``."""
-    _, token = await sync_to_async(api_token_create)(user=user, name="tests")
-    async with httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=application),
-        base_url="http://127.0.0.1",
-        headers={"Authorization": f"Bearer {token}"},
-    ) as client:
-        return await client.post(path)
 
 
 def types_of(items: list[Any]) -> list[str]:

@@ -13,16 +13,15 @@ from typing import Any
 
 import httpx
 import pytest
-from asgiref.sync import sync_to_async
 from django.contrib.auth.models import User
 from django.core.exceptions import ImproperlyConfigured
 from django.test import AsyncClient
 
 from agent.loop import LoopConfig, _run_tool
 from agent.tools import ToolContext, ToolFailed, default_registry
-from devassist.services import api_token_create
 from sandbox.services import code_execute, run_scanned
 from sandbox.slots import SandboxBusy, SandboxSlots, get_sandbox_slots
+from tests.conftest import post_as
 from traces.models import Trace
 
 SLEEPER = "import time\ntime.sleep(60)"
@@ -140,17 +139,8 @@ def test_the_default_user_cap_is_half_the_process_slots_and_at_least_one():
 
 
 async def execute(user: User, code: str) -> httpx.Response:
-    """POST /api/sandbox/execute as ``user`` (bearer token) through the ASGI application."""
-    from devassist.asgi import application
-
-    _, raw = await sync_to_async(api_token_create)(user=user, name="slots")
-    async with httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=application),
-        base_url="http://127.0.0.1",
-        headers={"Authorization": f"Bearer {raw}"},
-        timeout=60,
-    ) as client:
-        return await client.post("/api/sandbox/execute", json={"code": code})
+    """POST /api/sandbox/execute as ``user`` through the ASGI application."""
+    return await post_as(user, "/api/sandbox/execute", {"code": code})
 
 
 @pytest.mark.django_db(transaction=True)
