@@ -20,6 +20,7 @@ from agent.runs import run_cancel, run_create, run_get, run_meta, run_outcome, r
 from agent.schemas import AgentIn, AgentOut, RunListOut, RunOut, RunWithStepsOut
 from agent.sse import HEARTBEAT, frame, sse_response
 from devassist.auth import api_user, require_staff
+from devassist.storable import MAX_INT
 
 agent_router = Router(tags=["agent"])
 runs_router = Router(tags=["agent"])
@@ -32,12 +33,12 @@ class StreamQuery(Schema):
 
 
 class EventsQuery(Schema):
-    after_seq: int = NinjaField(0, ge=0)
+    after_seq: int = NinjaField(0, ge=0, le=MAX_INT)
 
 
 class PageQuery(Schema):
     limit: int = NinjaField(20, ge=1, le=100)
-    offset: int = NinjaField(0, ge=0)
+    offset: int = NinjaField(0, ge=0, le=MAX_INT)
 
 
 class LangfuseLinkOut(Schema):
@@ -128,8 +129,10 @@ async def run_events(
     run = await run_get(user=api_user(request), run_id=run_id)
     after = query.after_seq
     last_event_id = request.headers.get("Last-Event-ID", "")
-    if last_event_id.isdigit():
-        after = int(last_event_id)
+    if last_event_id.isascii() and last_event_id.isdigit():
+        digits = last_event_id.lstrip("0") or "0"
+        # Past 19 digits it is past every seq (and int() refuses 4,300 of them).
+        after = MAX_INT if len(digits) > 19 else min(int(digits), MAX_INT)
     return sse_response(sse_frames(run.id, after))
 
 

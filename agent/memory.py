@@ -41,6 +41,7 @@ from agent.slots import slot_released
 from chat.models import Message, MessageKind, MessageRole
 from chat.selectors import turns_between, turns_through
 from devassist import db
+from devassist.storable import storable_json
 
 logger = structlog.get_logger(__name__)
 
@@ -339,7 +340,7 @@ def _store_summary(
             conversation_id=conversation_id,
             from_sequence=first,
             through_sequence=last,
-            facts=facts,
+            facts=storable_json(facts)[0],  # the model's text, stored as written where it can be
             model=model,
         )
         upsert_texts(

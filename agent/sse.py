@@ -6,14 +6,16 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-import orjson
 from django.http import StreamingHttpResponse
+
+from devassist.responses import json_bytes
 
 HEARTBEAT = b": ping\n\n"
 
 
 def frame(seq: int, event: dict[str, Any]) -> bytes:
-    return b"id: %d\ndata: %s\n\n" % (seq, orjson.dumps(event))
+    # json_bytes: an event row stored before values were made storable still encodes.
+    return b"id: %d\ndata: %s\n\n" % (seq, json_bytes(event))
 
 
 def sse_response(frames: AsyncIterator[bytes]) -> StreamingHttpResponse:

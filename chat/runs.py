@@ -88,8 +88,10 @@ async def chat_turn_start(
         route = choose_route(
             message=message, use_agent=use_agent, use_rag=use_rag, documents_exist=False
         )
-    if route.rag and collection:
-        await sync_to_async(open_collection, thread_sensitive=False)(collection)
+    if route.rag:
+        # Asked for RAG on a collection that does not exist (the default one too): 404 now,
+        # not a failed run.
+        await sync_to_async(open_collection, thread_sensitive=False)(name)
     run = await run_create(
         user=user,
         message=message,

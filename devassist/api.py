@@ -6,15 +6,23 @@ from typing import Any
 
 import structlog
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied, RequestDataTooBig
+from django.core.exceptions import (
+    BadRequest,
+    PermissionDenied,
+    RequestDataTooBig,
+    SuspiciousOperation,
+)
 from django.http import Http404, HttpRequest, HttpResponse
+from django.http.multipartparser import MultiPartParserError
 from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 
-from devassist.auth import api_auth
+from devassist.auth import InvalidCredentials, api_auth
 from devassist.envelope import code_for_status, error_response
 from devassist.errors import ApiError
+from devassist.parser import StorableParser
 from devassist.responses import OrjsonRenderer
+from devassist.storable import storable_text
 
 logger = structlog.get_logger(__name__)
 
@@ -25,6 +33,7 @@ api = NinjaAPI(
     urls_namespace="api",
     auth=api_auth,
     renderer=OrjsonRenderer(),
+    parser=StorableParser(),
     docs_url="/api/docs",
     openapi_url="/api/openapi.json",
     # The docs and the OpenAPI schema are pages: anonymous visitors go to the login page.
@@ -35,10 +44,10 @@ api = NinjaAPI(
 def _validation_details(errors: list[dict[str, Any]]) -> dict[str, Any]:
     cleaned = []
     for err in errors:
-        location = [str(part) for part in err.get("loc", ())]
-        cleaned.append(
-            {"loc": location, "msg": str(err.get("msg", "")), "type": err.get("type", "")}
-        )
+        # A location can hold a key of the input, which may not even be valid Unicode.
+        location = [storable_text(str(part)) for part in err.get("loc", ())]
+        message = storable_text(str(err.get("msg", "")))
+        cleaned.append({"loc": location, "msg": message, "type": err.get("type", "")})
     return {"errors": cleaned}
 
 
@@ -63,16 +72,19 @@ def _validation_error(request: HttpRequest, exc: ValidationError) -> HttpRespons
 
 @api.exception_handler(AuthenticationError)
 def _authentication_error(request: HttpRequest, exc: AuthenticationError) -> HttpResponse:
-    return error_response(
-        request,
-        status=401,
-        code="not_authenticated",
-        message="Authentication required: log in or send 'Authorization: Bearer <token>'.",
-    )
+    message = "Authentication required: log in or send 'Authorization: Bearer <token>'."
+    if isinstance(exc, InvalidCredentials):
+        message = exc.message
+    response = error_response(request, status=401, code="not_authenticated", message=message)
+    response["WWW-Authenticate"] = "Bearer"
+    return response
 
 
 @api.exception_handler(HttpError)
 def _http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
+    if isinstance(exc.__cause__, ValidationError):
+        # The parser refused a value in the body (``StorableParser``).
+        return _validation_error(request, exc.__cause__)
     code = code_for_status(exc.status_code)
     return error_response(request, status=exc.status_code, code=code, message=exc.message)
 
@@ -94,6 +106,23 @@ def _too_big(request: HttpRequest, exc: RequestDataTooBig) -> HttpResponse:
         status=413,
         code="payload_too_large",
         message="Request body is larger than the server accepts.",
+    )
+
+
+@api.exception_handler(MultiPartParserError)
+def _bad_multipart(request: HttpRequest, exc: MultiPartParserError) -> HttpResponse:
+    return error_response(
+        request, status=400, code="invalid_multipart", message=f"Malformed multipart body: {exc}"
+    )
+
+
+@api.exception_handler(SuspiciousOperation)
+@api.exception_handler(BadRequest)
+def _bad_request(request: HttpRequest, exc: Exception) -> HttpResponse:
+    # Django's own refusals of a request (too many fields or files, a malformed body part);
+    # their text is written for people.
+    return error_response(
+        request, status=400, code="bad_request", message=str(exc) or "Bad request."
     )
 
 

@@ -5,9 +5,10 @@ up parents, insert steps and events, update counters). Compiling them through th
 cost Django several times what running them costs the database, so they are compiled once:
 SELECTs from a queryset built with placeholder values (``PLACEHOLDER_*``), which ``bind`` swaps
 for the real ones; INSERTs and UPDATEs as plain SQL over the model's own column names, with
-values prepared by the model's fields (``get_db_prep_save``), exactly as the ORM would. The
-same SQL runs on PostgreSQL and SQLite. ``skip_flush_wait`` lets such a
-transaction commit without waiting for the disk.
+values prepared by the model's fields (``get_db_prep_save``), exactly as the ORM would, once
+made storable (``devassist.storable``: a program's NUL, lone surrogates, integers past 64 bits
+are replaced, never refused). The same SQL runs on PostgreSQL and SQLite. ``skip_flush_wait``
+lets such a transaction commit without waiting for the disk.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connection, connections, models
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import QuerySet
+
+from devassist.storable import REPLACED_FLAG, storable_json, storable_text
 
 M = TypeVar("M", bound=models.Model)
 P = ParamSpec("P")
@@ -166,12 +169,35 @@ def insert_statements(
         part = objs[start : start + chunk]
         params: list[Any] = []
         for obj in part:
-            params += [f.get_db_prep_save(f.pre_save(obj, True), connection) for f in fields]
+            params += [
+                f.get_db_prep_save(_storable(obj, f, f.pre_save(obj, True)), connection)
+                for f in fields
+            ]
             obj._state.adding = False
             obj._state.db = DEFAULT_DB_ALIAS
         sql = _insert_sql(connection.vendor, model, len(part), skip_conflicts)
         statements.append(Statement(sql, params))
     return statements
+
+
+def _storable(obj: models.Model, field: models.Field[Any, Any], value: Any) -> Any:
+    """``value`` of ``field`` made storable (``devassist.storable``); a replaced value is set
+    on ``obj`` too, so that what is published or answered from it is what was stored. A JSON
+    object with replacements gets ``REPLACED_FLAG``."""
+    if isinstance(field, models.JSONField):
+        stored, replaced = storable_json(value)
+        if not replaced:
+            return value
+        if isinstance(stored, dict):
+            stored = {**stored, REPLACED_FLAG: True}
+    elif isinstance(value, str):
+        stored = storable_text(value)
+        if stored is value:
+            return value
+    else:
+        return value
+    setattr(obj, field.attname, stored)
+    return stored
 
 
 def update_statement(obj: models.Model, names: Iterable[str]) -> Statement:
@@ -181,7 +207,9 @@ def update_statement(obj: models.Model, names: Iterable[str]) -> Statement:
     key = tuple(sorted(names))
     connection = _connection()
     fields = _concrete(type(obj), key)
-    params = [f.get_db_prep_save(getattr(obj, f.attname), connection) for f in fields]
+    params = [
+        f.get_db_prep_save(_storable(obj, f, getattr(obj, f.attname)), connection) for f in fields
+    ]
     pk = type(obj)._meta.pk
     params.append(pk.get_db_prep_value(obj.pk, connection))
     return Statement(_update_sql(connection.vendor, type(obj), key), params)

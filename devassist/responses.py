@@ -10,6 +10,8 @@ from django.http import HttpRequest, HttpResponse
 from ninja.renderers import BaseRenderer
 from pydantic import BaseModel
 
+from devassist.storable import storable_json
+
 
 class OrjsonRenderer(BaseRenderer):
     """JSON through orjson: UTF-8 kept as is, and several times faster than ``json`` on the
@@ -22,7 +24,14 @@ class OrjsonRenderer(BaseRenderer):
 
 
 def json_bytes(data: Any) -> bytes:
-    return orjson.dumps(data, default=_json_default, option=orjson.OPT_UTC_Z)
+    """``data`` as JSON. Writes make every stored value encodable (``devassist.storable``);
+    a row stored before that (an integer past 64 bits, say) is encoded as it would be stored
+    today rather than failing the whole answer."""
+    try:
+        return orjson.dumps(data, default=_json_default, option=orjson.OPT_UTC_Z)
+    except orjson.JSONEncodeError:
+        storable, _ = storable_json(data)
+        return orjson.dumps(storable, default=_json_default, option=orjson.OPT_UTC_Z)
 
 
 def _json_default(value: Any) -> Any:

@@ -14,6 +14,7 @@ from ninja.errors import ValidationError
 from devassist.auth import api_user
 from devassist.errors import Forbidden
 from devassist.responses import json_response
+from devassist.storable import MAX_INT
 from traces.access import can_view, can_write
 from traces.models import Trace
 from traces.projections import step_dict, trace_dict
@@ -51,18 +52,18 @@ class TraceListQuery(Schema):
 
 class TreeQuery(Schema):
     view: str = NinjaField("compact", pattern="^(compact|full)$")
-    max_depth: int | None = NinjaField(None, ge=1, le=1000)
+    max_depth: int | None = NinjaField(None, ge=1, le=MAX_DEPTH)
 
 
 class NodeQuery(Schema):
     expand: bool = NinjaField(False, description="Include every node's full data.")
     max_depth: int = NinjaField(1, ge=1, le=MAX_DEPTH)
-    offset: int = NinjaField(0, ge=0)
+    offset: int = NinjaField(0, ge=0, le=MAX_INT)
     limit: int = NinjaField(100, ge=1, le=settings.TRACE_NODE_WINDOW_MAX)
 
 
 class EventsQuery(Schema):
-    after_seq: int = NinjaField(0, ge=0)
+    after_seq: int = NinjaField(0, ge=0, le=MAX_INT)
     limit: int = NinjaField(1000, ge=1, le=settings.TRACE_EVENT_PAGE_MAX)
 
 

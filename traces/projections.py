@@ -36,9 +36,10 @@ def clip(text: str | None, limit: int) -> str:
 
 
 def data_summary(data: Any) -> tuple[str, int]:
-    """(preview, size in bytes) of a step's data, computed once on write."""
+    """(preview, size in bytes) of a step's data, computed once on write (before the write
+    makes the data storable: a lone surrogate counts the three bytes of its U+FFFD)."""
     encoded = json.dumps(data, ensure_ascii=False, separators=(",", ":"), default=str)
-    return clip(encoded, PREVIEW_CHARS), len(encoded.encode())
+    return clip(encoded, PREVIEW_CHARS), len(encoded.encode("utf-8", "surrogatepass"))
 
 
 #: The skeleton of a step as the database formats it (see ``traces.sql``): ids and

@@ -10,7 +10,9 @@ from typing import Any, Literal
 from ninja import Field, Schema
 from pydantic import field_validator
 
-from devassist.schemas import InputSchema
+from devassist.schemas import InputSchema, StorableDatetime
+from devassist.storable import MAX_INT
+from traces.store import COST_LIMIT
 
 COST_QUANTUM = Decimal("0.00000001")
 
@@ -74,11 +76,11 @@ class StepIn(InputSchema):
     description: str = Field("", max_length=20_000)
     data: Any = Field(default_factory=dict)
     error: str = Field("", max_length=100_000)
-    started_at: datetime | None = None
-    finished_at: datetime | None = None
-    duration_ms: int | None = Field(None, ge=0)
+    started_at: StorableDatetime | None = None
+    finished_at: StorableDatetime | None = None
+    duration_ms: int | None = Field(None, ge=0, le=MAX_INT)
     tokens: int = Field(0, ge=0, le=2**31 - 1)
-    cost: Decimal = Field(Decimal(0), ge=0, lt=10**12)
+    cost: Decimal = Field(Decimal(0), ge=0, lt=COST_LIMIT)
 
     _cost = field_validator("cost", mode="before")(_quantized_cost)
 
@@ -94,18 +96,18 @@ class StepPatch(InputSchema):
     description: str | None = Field(None, max_length=20_000)
     data: Any = None
     error: str | None = Field(None, max_length=100_000)
-    started_at: datetime | None = None
-    finished_at: datetime | None = None
-    duration_ms: int | None = Field(None, ge=0)
+    started_at: StorableDatetime | None = None
+    finished_at: StorableDatetime | None = None
+    duration_ms: int | None = Field(None, ge=0, le=MAX_INT)
     tokens: int | None = Field(None, ge=0, le=2**31 - 1)
-    cost: Decimal | None = Field(None, ge=0, lt=10**12)
+    cost: Decimal | None = Field(None, ge=0, lt=COST_LIMIT)
 
     _cost = field_validator("cost", mode="before")(_quantized_cost)
 
 
 class TraceCompleteIn(InputSchema):
     status: FinalStatusName = "completed"
-    total_duration_ms: int | None = Field(None, ge=0)
+    total_duration_ms: int | None = Field(None, ge=0, le=MAX_INT)
 
 
 class StepOut(Schema):

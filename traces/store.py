@@ -40,7 +40,7 @@ from devassist.db import (
     bind,
     placeholder_ids,
 )
-from devassist.errors import BadRequest, Conflict, NotFound, PayloadTooLarge
+from devassist.errors import ApiError, BadRequest, Conflict, NotFound, PayloadTooLarge
 from devassist.follow import broadcast
 from traces.models import (
     FINAL_TRACE_STATUSES,
@@ -63,7 +63,11 @@ from traces.projections import (
 
 logger = structlog.get_logger(__name__)
 
+#: The deepest a tree or node read nests (``max_depth``), the same for both endpoints.
 MAX_DEPTH = 10
+#: Costs are stored as numeric(20, 8): each step's, each subtree's and each trace's total stay
+#: below this.
+COST_LIMIT = Decimal(10**12)
 
 
 # --- errors -------------------------------------------------------------------------------------
@@ -99,6 +103,11 @@ class BatchTooLarge(PayloadTooLarge):
 
 class TreeTooLarge(PayloadTooLarge):
     code = "tree_too_large"
+
+
+class CostOutOfRange(ApiError):
+    status = HTTPStatus.UNPROCESSABLE_ENTITY
+    code = "cost_out_of_range"
 
 
 class InvalidCursor(BadRequest):
@@ -468,6 +477,17 @@ def _check_final(status: str) -> None:
         raise BadRequest(f"A trace completes as one of {', '.join(FINAL_TRACE_STATUSES)}.")
 
 
+def _check_total_cost(trace: Trace) -> None:
+    """Refuse a write that would take the trace's total cost (every subtree's is at most
+    that) past what its column holds; nothing has been written yet."""
+    if trace.total_cost >= COST_LIMIT:
+        raise CostOutOfRange(
+            f"The trace's total cost would reach {trace.total_cost}; it must stay below "
+            f"{COST_LIMIT}.",
+            details={"limit": float(COST_LIMIT), "total_cost": float(trace.total_cost)},
+        )
+
+
 def _completed(trace: Trace, status: str, total_duration_ms: int | None) -> TraceEvent:
     """Finish the locked ``trace`` as ``status`` (its ``_COMPLETION_FIELDS`` and ``last_seq``,
     in memory; the caller writes them) and return its ``trace_completed`` event, unsaved."""
@@ -630,6 +650,7 @@ class OrmTraceStore:
                 details={"max_steps": settings.TRACE_BATCH_MAX_STEPS, "got": len(steps)},
             )
         _, new_steps, events, _, _ = self._build_batch(trace, steps, assume_new=True)
+        _check_total_cost(trace)
         with transaction.atomic():
             db.run(
                 [
@@ -804,6 +825,7 @@ class OrmTraceStore:
             if events:
                 writes.append(db.update_statement(trace, changed))
             writes += extra.with_writes
+            _check_total_cost(trace)
             counts = db.run(writes)
             if sum(counts[len(rollups) : len(rollups) + len(inserts)]) != len(new_steps):
                 raise _ResentIds
@@ -972,6 +994,7 @@ class OrmTraceStore:
             trace = _locked_running_trace(trace_id, skip_flush_wait=True)
             step, event, writes = self._update_locked(trace, step_id, changes)
             writes.append(db.update_statement(trace, _TRACE_COUNTERS))
+            _check_total_cost(trace)
             db.run([*writes, *db.insert_statements([event])])
             payload = [event_dict(event)]
             transaction.on_commit(lambda: committed.extend(payload))

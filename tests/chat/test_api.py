@@ -145,6 +145,18 @@ def test_rag_of_a_missing_collection_is_404(api, guide):
     assert AgentRun.objects.count() == 0
 
 
+@pytest.mark.django_db
+def test_rag_when_the_default_collection_does_not_exist_is_404(api, knowledge, settings):
+    settings.KNOWLEDGE_DEFAULT_COLLECTION = "never_ingested"
+    for stream in ("false", "true"):
+        assert_error(
+            post(api, f"/chat?stream={stream}", {"message": "what is it?", "use_rag": True}),
+            HTTPStatus.NOT_FOUND,
+            "collection_not_found",
+        )
+    assert AgentRun.objects.count() == 0
+
+
 # --- streaming --------------------------------------------------------------------------------
 
 
