@@ -8,7 +8,7 @@ import asyncio
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from http import HTTPStatus
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import redis
@@ -273,7 +273,7 @@ async def test_the_redis_layer_leaves_nothing_without_an_expiry(settings, waitin
     client = redis.Redis.from_url(settings.TEST_REDIS_URL)
 
     def without_expiry() -> list[bytes]:
-        return [key for key in client.scan_iter(f"{prefix}*") if client.ttl(key) < 0]
+        return [key for key in client.scan_iter(f"{prefix}*") if cast(int, client.ttl(key)) < 0]
 
     run, task = await waiting_run(2)
     communicator = await watch(user, run.trace_id)
