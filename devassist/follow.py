@@ -121,6 +121,10 @@ class _Hub:
                 await self.layer.group_discard(group, self.channel)
             except Exception:
                 logger.warning("channel_group_leave_failed", group=group, exc_info=True)
+            if not self.listeners:
+                # Nobody listens: the reader stops (its channel is in no group any more) and
+                # the next listener starts another, so no task outlives the last listener.
+                self._stop_tasks()
 
     async def _read(self, channel: str) -> None:
         while True:
@@ -152,6 +156,9 @@ class _Hub:
                 queue.put_nowait(error)
         self.listeners = {}
         self.channel = None
+        self._stop_tasks()
+
+    def _stop_tasks(self) -> None:
         current = asyncio.current_task()
         for task in self._tasks:
             if task is not current:

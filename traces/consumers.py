@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import uuid
 from typing import Any
 from urllib.parse import parse_qs
@@ -86,8 +85,9 @@ class TraceWatchConsumer(AsyncJsonWebsocketConsumer):
     async def disconnect(self, code: int) -> None:
         if self.forwarding is not None:
             self.forwarding.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self.forwarding
+            # asyncio.wait, not awaiting the task: a cancellation of this consumer while it
+            # waits must not be taken for the forwarding task's own.
+            await asyncio.wait([self.forwarding])
 
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
         """The watch is one-way; client messages are ignored."""
