@@ -123,8 +123,10 @@ class _Hub:
                 logger.warning("channel_group_leave_failed", group=group, exc_info=True)
             if not self.listeners:
                 # Nobody listens: the reader stops (its channel is in no group any more) and
-                # the next listener starts another, so no task outlives the last listener.
+                # the next listener starts another on a new channel, so no task outlives the
+                # last listener and no new reader shares a channel with one being cancelled.
                 self._stop_tasks()
+                self.channel = None
 
     async def _read(self, channel: str) -> None:
         while True:
