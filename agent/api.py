@@ -1,4 +1,5 @@
-"""The agent API: start runs, follow them over SSE, re-attach, cancel; staff run listings."""
+"""The runs API: follow a run over SSE, re-attach, cancel; staff run listings. (Runs are
+started by ``POST /chat`` and ``POST /agent``, in ``chat.api``.)"""
 
 from __future__ import annotations
 
@@ -8,28 +9,22 @@ from dataclasses import asdict
 from typing import Any, Literal
 
 from asgiref.sync import sync_to_async
-from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+from django.http import HttpRequest, StreamingHttpResponse
 from ninja import Field as NinjaField
 from ninja import Query, Router, Schema
 
 from agent.events import follow_run
-from agent.events import step_events as step_events_sync
 from agent.langfuse import langfuse_link, run_get_for_langfuse
 from agent.models import AgentRun
-from agent.runs import run_cancel, run_create, run_get, run_meta, run_outcome, run_start
-from agent.schemas import AgentIn, AgentOut, RunListOut, RunOut, RunWithStepsOut
+from agent.schemas import RunListOut, RunOut, RunWithStepsOut
+from agent.selectors import run_get, run_steps, runs_newest
+from agent.services import run_cancel, run_meta
 from agent.sse import HEARTBEAT, frame, sse_response
 from devassist.auth import api_user, require_staff
 from devassist.storable import MAX_INT
 
-agent_router = Router(tags=["agent"])
 runs_router = Router(tags=["agent"])
 staff_router = Router(tags=["agent"])
-
-
-#: The HTTP status of a failed run, by its stored error code (the errors' own statuses).
-class StreamQuery(Schema):
-    stream: bool = False
 
 
 class EventsQuery(Schema):
@@ -68,9 +63,6 @@ def run_dict(run: AgentRun) -> dict[str, Any]:
     }
 
 
-step_events = sync_to_async(step_events_sync)
-
-
 async def sse_frames(run_id: uuid.UUID, after_seq: int) -> AsyncIterator[bytes]:
     """The run's SSE frames. The stream holds no database connection while it waits for
     events: ``follow_run`` reads the log in the request's thread and gives the connection
@@ -86,34 +78,6 @@ async def new_run_frames(run: AgentRun) -> AsyncIterator[bytes]:
     yield frame(1, run_meta(run))
     async for chunk in sse_frames(run.id, 1):
         yield chunk
-
-
-@agent_router.post("", response=AgentOut, url_name="agent")
-async def agent(
-    request: HttpRequest, payload: AgentIn, query: Query[StreamQuery]
-) -> HttpResponse | StreamingHttpResponse | dict[str, Any]:
-    """Run the agent on ``message``. ``stream=true`` answers with the SSE stream (``meta``,
-    ``step``s, ``delta``s, ``error``, ``done``); otherwise with the whole result once done. The
-    run goes on if the client goes away."""
-    run = await run_create(
-        user=api_user(request),
-        message=payload.message,
-        tools=payload.tools,
-        request_id=getattr(request, "request_id", ""),
-        conversation_id=payload.conversation_id,
-    )
-    task = run_start(run)
-    if query.stream:
-        return sse_response(new_run_frames(run))
-    run = await run_outcome(run, task)
-    steps = (await step_events([run.id]))[run.id]
-    return {
-        "run_id": run.id,
-        "trace_id": run.trace_id,
-        "conversation_id": run.conversation_id,
-        "answer": run.output,
-        "steps": steps,
-    }
 
 
 @runs_router.get("/{run_id}", response=RunOut, url_name="get_run")
@@ -158,13 +122,8 @@ async def run_langfuse(request: HttpRequest, run_id: uuid.UUID) -> dict[str, Any
 async def agent_traces(request: HttpRequest, page: Query[PageQuery]) -> dict[str, Any]:
     """Runs newest first, with their flat steps (staff only)."""
     require_staff(request)
-    window = AgentRun.objects.order_by("-created_at", "-id")[
-        page.offset : page.offset + page.limit + 1
-    ]
-    runs = [run async for run in window]
-    more = len(runs) > page.limit
-    runs = runs[: page.limit]
-    steps = await step_events([run.id for run in runs])
+    runs, more = await sync_to_async(runs_newest)(offset=page.offset, limit=page.limit)
+    steps = await sync_to_async(run_steps)(runs)
     return {
         "runs": [{**run_dict(run), "steps": steps[run.id]} for run in runs],
         "limit": page.limit,
@@ -176,4 +135,4 @@ async def agent_traces(request: HttpRequest, page: Query[PageQuery]) -> dict[str
 @staff_router.get("/{run_id}", response=RunWithStepsOut, url_name="agent_trace")
 async def agent_trace(request: HttpRequest, run_id: uuid.UUID) -> dict[str, Any]:
     run = await run_get(user=require_staff(request), run_id=run_id)
-    return {**run_dict(run), "steps": (await step_events([run.id]))[run.id]}
+    return {**run_dict(run), "steps": (await sync_to_async(run_steps)([run]))[run.id]}

@@ -1,11 +1,12 @@
-"""A run's events: written to ``RunEvent`` (so re-attaching misses nothing), then broadcast to
-the channel group ``run.<id>``. The run's executor is their only writer."""
+"""A run's events: the replay buffer of its SSE stream, written to ``RunEvent`` (so re-attaching
+misses nothing), then broadcast to the channel group ``run.<id>``. The run's recorder is their
+only writer, and nothing reads them as the run's history (its trace is that)."""
 
 from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from functools import partial
 from typing import Any
 
@@ -14,8 +15,8 @@ from django.conf import settings
 from django.db import transaction
 
 from agent.models import AgentRun, RunEvent
-from devassist import db
-from devassist.follow import LogFollower, broadcast, follow
+from devassist.connections import in_thread
+from devassist.follow import LogFollower, broadcast_on_commit, follow
 
 logger = structlog.get_logger(__name__)
 
@@ -35,7 +36,7 @@ def run_control_group(run_id: uuid.UUID | str) -> str:
 
 
 class RunEvents:
-    """Emits a run's events in ``seq`` order: stored first, broadcast after."""
+    """Emits a run's events in ``seq`` order: stored first, broadcast once stored."""
 
     def __init__(self, run_id: uuid.UUID, *, last_seq: int = 0) -> None:
         """``last_seq``: the seq of the run's newest event, stored by someone else."""
@@ -44,21 +45,21 @@ class RunEvents:
         self._delta = ""
         self._delta_since = 0.0
 
-    async def prepare(self, type_: str, **payload: Any) -> RunEvent:
-        """The next event as an unsaved row, for a writer that stores it in a transaction of
-        its own (the trace store, with the step it reports); ``publish`` it once stored."""
+    async def next(self, type_: str, payload: dict[str, Any]) -> RunEvent:
+        """The next event as an unsaved row, for a writer that stores it (``store``) in a
+        transaction of its own, with the step it reports; answer text still queued goes out
+        first, so the events keep their order."""
         await self.flush_delta()
         return self._next(type_, payload)
 
-    async def publish(self, row: RunEvent) -> None:
-        """Broadcast a stored event to the run's followers."""
-        try:
-            await broadcast(
-                run_group(self.run_id), {"type": "run.event", "seq": row.seq, "event": row.payload}
-            )
-        except Exception:
-            # Stored already: followers fill the gap from the log on the next event.
-            logger.exception("run_event_broadcast_failed", run_id=str(self.run_id))
+    def store(self, rows: Sequence[RunEvent]) -> None:
+        """Store ``rows`` in the caller's transaction; they are broadcast to the run's
+        followers once it commits."""
+        RunEvent.objects.bulk_create(rows)
+        broadcast_on_commit(
+            run_group(self.run_id),
+            [{"type": "run.event", "seq": row.seq, "event": row.payload} for row in rows],
+        )
 
     def _next(self, type_: str, payload: dict[str, Any]) -> RunEvent:
         self.seq += 1
@@ -79,30 +80,19 @@ class RunEvents:
     async def flush_delta(self) -> None:
         row = self.take_delta()
         if row is not None:
-            await db.in_thread(_store_event, row)
-            await self.publish(row)
+            await in_thread(self._store_one, row)
+
+    def _store_one(self, row: RunEvent) -> None:
+        with transaction.atomic():
+            self.store([row])
 
     def take_delta(self) -> RunEvent | None:
-        """The queued answer text as the next event, unsaved, for a writer that stores it in
-        a transaction of its own (``publish`` it once stored); None when nothing is queued."""
+        """The queued answer text as the next event, unsaved, for a writer that stores it
+        with its own rows; None when nothing is queued."""
         if not self._delta:
             return None
         text, self._delta = self._delta, ""
         return self._next("delta", {"content": text})
-
-
-def _store_event(row: RunEvent) -> None:
-    with transaction.atomic():
-        db.run([*db.skip_flush_wait(), *db.insert_statements([row])])
-
-
-def step_events(run_ids: list[uuid.UUID]) -> dict[uuid.UUID, list[dict[str, Any]]]:
-    """The ``step`` events of these runs, per run, in order (one query)."""
-    steps: dict[uuid.UUID, list[dict[str, Any]]] = {run_id: [] for run_id in run_ids}
-    events = RunEvent.objects.filter(run_id__in=run_ids, type="step").order_by("run_id", "seq")
-    for event in events.only("run_id", "payload"):
-        steps[event.run_id].append(event.payload)
-    return steps
 
 
 async def logged_events(
@@ -110,7 +100,7 @@ async def logged_events(
 ) -> list[tuple[int, dict[str, Any]]]:
     """The run's stored events after ``after_seq`` (up to ``up_to``), a page at most; the
     connection goes back to the pool after the read (a follower mostly waits)."""
-    return await db.in_thread(_logged_events, run_id, after_seq, up_to)
+    return await in_thread(_logged_events, run_id, after_seq, up_to)
 
 
 def _logged_events(
@@ -135,12 +125,12 @@ async def follow_run(
     follower = LogFollower(
         partial(logged_events, run_id), after_seq=after_seq, page_size=REPLAY_PAGE
     )
-    if await db.in_thread(_finished_or_reaped, run_id):
+    if await in_thread(_finished_or_reaped, run_id):
         async for stored in follower.backlog():
             yield stored
             if stored[1]["type"] == "done":
                 return
-        yield await db.in_thread(_last_done, run_id)
+        yield await in_thread(_last_done, run_id)
         return
     async for item in follow(
         run_group(run_id),
@@ -148,14 +138,14 @@ async def follow_run(
         live_event=_live_run_event,
         heartbeat_s=settings.SSE_HEARTBEAT_S if heartbeat_s is None else heartbeat_s,
     ):
-        if item is None and await db.in_thread(_finished_or_reaped, run_id):
+        if item is None and await in_thread(_finished_or_reaped, run_id):
             # Finished on this quiet tick (or failed just now, its worker gone): the rest of
             # its log, then its ``done``, which a run whose end could not be logged lacks.
             async for stored in follower.backlog():
                 yield stored
                 if stored[1]["type"] == "done":
                     return
-            yield await db.in_thread(_last_done, run_id)
+            yield await in_thread(_last_done, run_id)
             return
         yield item
         if item is not None and item[1]["type"] == "done":

@@ -3,7 +3,7 @@
 On when both ``LANGFUSE_PUBLIC_KEY`` and ``LANGFUSE_SECRET_KEY`` are set; ``LANGFUSE_BASE_URL``
 names the Langfuse server. The only module that imports the ``langfuse`` SDK.
 
-A run's life with Langfuse on (``agent.runs`` makes the two calls):
+A run's life with Langfuse on (``agent.executor`` and ``agent.recorder`` make the two calls):
 
 - ``langfuse_run_started`` before the model is called: the run's Langfuse trace id is fixed
   (derived from the run id) and stored in ``AgentRun.langfuse_trace_id``, and the run's model
@@ -23,8 +23,9 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import aclosing
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -133,11 +134,10 @@ class ObservedLLM:
         messages: Sequence[ChatMessage],
         *,
         stop: Sequence[str] | None = None,
-        cancel: threading.Event | None = None,
     ) -> LLMResponse:
         call = self.observation.call_started(messages)
         try:
-            response = await self.inner.complete(messages, stop=stop, cancel=cancel)
+            response = await self.inner.complete(messages, stop=stop)
         except BaseException as exc:
             call.failed(_describe(exc))
             raise
@@ -149,16 +149,17 @@ class ObservedLLM:
         messages: Sequence[ChatMessage],
         *,
         stop: Sequence[str] | None = None,
-        cancel: threading.Event | None = None,
-    ) -> AsyncIterator[LLMChunk]:
+    ) -> AsyncGenerator[LLMChunk, None]:
         call = self.observation.call_started(messages)
         try:
-            async for chunk in self.inner.stream(messages, stop=stop, cancel=cancel):
-                if chunk.response is not None:
-                    call.finished(chunk.response)
-                elif chunk.delta:
-                    call.output(chunk.delta)
-                yield chunk
+            # Closing this stream closes the inner one (its HTTP response) at once.
+            async with aclosing(self.inner.stream(messages, stop=stop)) as inner:
+                async for chunk in inner:
+                    if chunk.response is not None:
+                        call.finished(chunk.response)
+                    elif chunk.delta:
+                        call.output(chunk.delta)
+                    yield chunk
         except BaseException as exc:
             if call.ended is None:
                 call.failed(_describe(exc))
@@ -380,7 +381,7 @@ async def _tool_calls(run: AgentRun) -> list[ToolExport]:
             ToolExport(
                 name=action.data.get("tool_name") or action.name,
                 arguments=action.data.get("arguments"),
-                output=result.data.get("observation") if result else None,
+                output=result.data.get("result") if result else None,
                 error=(error or "Failed.") if failed else None,
                 started_ns=started_ns,
                 ended_ns=ended_ns,

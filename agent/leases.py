@@ -31,7 +31,7 @@ from django.utils import timezone
 from agent.events import run_group
 from agent.models import LIVE_RUN_STATUSES, AgentRun, RunEvent, RunStatus
 from devassist.follow import broadcast
-from traces.models import Step, StepStatus, Trace, TraceStatus
+from traces.models import Step, StepStatus, TraceStatus
 from traces.store import get_trace_store
 
 logger = structlog.get_logger(__name__)
@@ -133,7 +133,6 @@ def _finish_lost(run_id: uuid.UUID, *, status: str = RunStatus.FAILED) -> bool:
         (CANCELLED_LOST_MESSAGE, "cancelled") if cancelled else (WORKER_LOST_MESSAGE, WORKER_LOST)
     )
     logged: list[RunEvent] = []
-    trace_seq = 0
     with transaction.atomic():
         claimed = (
             AgentRun.objects.filter(_lost(now), pk=run_id)
@@ -164,37 +163,32 @@ def _finish_lost(run_id: uuid.UUID, *, status: str = RunStatus.FAILED) -> bool:
             ]
         )
         if claimed.trace_id is not None:
-            trace_seq = (
-                Trace.objects.filter(pk=claimed.trace_id).values_list("last_seq", flat=True).first()
-            ) or 0
+            # The trace store broadcasts the trace's events once this commits.
             _close_trace(claimed.trace_id, error=error, cancelled=cancelled)
     logger.warning("agent_run_worker_lost", run_id=str(run_id), status=status)
     try:
-        async_to_sync(_announce)(run_id, logged, claimed.trace_id, trace_seq)
+        async_to_sync(_announce)(run_id, logged)
     except Exception:
         # Logged: followers read it on their next quiet tick all the same.
         logger.warning("agent_run_worker_lost_broadcast_failed", run_id=str(run_id), exc_info=True)
     return True
 
 
-async def _announce(
-    run_id: uuid.UUID, logged: list[RunEvent], trace_id: uuid.UUID | None, trace_seq: int
-) -> None:
-    """Broadcast what ending a lost run logged: its run events, its trace's new events."""
+async def _announce(run_id: uuid.UUID, logged: list[RunEvent]) -> None:
+    """Broadcast the run events that ending a lost run logged."""
     for row in logged:
         await broadcast(
             run_group(run_id), {"type": "run.event", "seq": row.seq, "event": row.payload}
         )
-    if trace_id is not None:
-        store = get_trace_store()
-        await store.publish(trace_id, await store.events_after(trace_id, trace_seq))
 
 
 def _close_trace(trace_id: uuid.UUID, *, error: str, cancelled: bool) -> None:
     """Fail (or cancel) the trace and the steps that were still running; a trace that is
     already closed is left as it is."""
-    running = Step.objects.filter(trace_id=trace_id, status=StepStatus.RUNNING).values_list(
-        "id", flat=True
+    running = (
+        Step.objects.for_trace(trace_id)
+        .filter(status=StepStatus.RUNNING)
+        .values_list("id", flat=True)
     )
     step_end = (
         {"status": StepStatus.SKIPPED}
@@ -202,13 +196,12 @@ def _close_trace(trace_id: uuid.UUID, *, error: str, cancelled: bool) -> None:
         else {"status": StepStatus.FAILED, "error": error}
     )
     try:
-        with transaction.atomic():
-            get_trace_store().add_steps_sync(
-                trace_id,
-                [],
-                {step_id: dict(step_end) for step_id in running},
-                complete=TraceStatus.CANCELLED if cancelled else TraceStatus.FAILED,
-            )
+        get_trace_store().add_steps_sync(
+            trace_id,
+            [],
+            {step_id: dict(step_end) for step_id in running},
+            complete=TraceStatus.CANCELLED if cancelled else TraceStatus.FAILED,
+        )
     except Exception:
         logger.warning("agent_run_trace_not_closed", trace_id=str(trace_id), exc_info=True)
 

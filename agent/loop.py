@@ -12,10 +12,10 @@ from __future__ import annotations
 import difflib
 import json
 import re
-import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from contextlib import aclosing
+from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any, Protocol
 
@@ -35,10 +35,6 @@ from devassist.errors import ApiError
 class AgentMaxIterations(ApiError):
     status = HTTPStatus.REQUEST_TIMEOUT
     code = "agent_max_iterations"
-
-
-class AgentCancelled(Exception):
-    """The run was cancelled; the steps so far stay recorded."""
 
 
 @dataclass(frozen=True)
@@ -61,10 +57,12 @@ class Iteration:
     parsed: ParsedReply | None = None
     tool_name: str | None = None
     tool_args: dict[str, Any] | None = None
+    #: The tool's structured result, or the error payload the model was shown instead.
+    result: Any = None
+    #: The text the model was sent (``result`` with any note, cut to the limit).
     observation: str = ""
     observation_truncated: bool = False
     error: str | None = None
-    handles: dict[str, Any] = field(default_factory=dict)
 
 
 class Recorder(Protocol):
@@ -95,8 +93,9 @@ async def run_react(
     context: ToolContext,
     config: LoopConfig | None = None,
 ) -> str:
-    """Run the loop on ``task``; returns the final answer. Raises ``AgentCancelled``,
-    ``AgentMaxIterations`` and the model's ``LLMUnavailable`` / ``LLMTimeout``."""
+    """Run the loop on ``task``; returns the final answer. Raises ``AgentMaxIterations`` and
+    the model's ``LLMUnavailable`` / ``LLMTimeout``; cancelling the awaiting task stops the
+    model call or the tool in progress."""
     config = config or LoopConfig()
     messages: list[ChatMessage] = [
         {"role": "system", "content": system_prompt([ToolSpec(**spec) for spec in tools.specs()])},
@@ -106,9 +105,8 @@ async def run_react(
     parse_errors = 0
     recent_calls: list[str] = []
     for index in range(1, config.max_iterations + 1):
-        _check(context.cancel)
         iteration = Iteration(index=index, started_at=time.time(), started=time.monotonic())
-        response, streamed = await _call_model(llm, messages, recorder, context.cancel)
+        response, streamed = await _call_model(llm, messages, recorder)
         iteration.response = response
         parsed = parse_reply(response.content, tool_names=tools.names())
         iteration.parsed = parsed
@@ -121,6 +119,7 @@ async def run_react(
             parse_errors += 1
             iteration.error = parsed.error or "The reply has no Action."
             payload: Any = {"error": iteration.error, "format": FORMAT_REMINDER}
+            iteration.result = payload
             iteration.observation, iteration.observation_truncated = observation_message(
                 payload, limit=config.observation_limit
             )
@@ -134,6 +133,7 @@ async def run_react(
         iteration.tool_name, iteration.tool_args = call.name, call.args
         await recorder.tool_started(iteration)
         payload = await _run_tool(tools, call.name, call.args, context, config)
+        iteration.result = payload
         if isinstance(payload, dict) and set(payload) == {"error", "suggestion"}:
             iteration.error = payload["error"]
         signature = call.name + json.dumps(call.args, sort_keys=True, ensure_ascii=False)
@@ -158,9 +158,8 @@ async def run_react(
         await recorder.iteration_finished(iteration)
         messages.append({"role": "user", "content": iteration.observation})
     # Out of iterations (or of patience with the format): one "answer now" call.
-    _check(context.cancel)
     messages.append({"role": "user", "content": final_answer_prompt()})
-    response, streamed = await _call_model(llm, messages, recorder, context.cancel)
+    response, streamed = await _call_model(llm, messages, recorder)
     parsed = parse_reply(response.content, tool_names=())
     iteration = Iteration(
         index=config.max_iterations + 1, started_at=time.time(), started=time.monotonic()
@@ -176,39 +175,32 @@ async def run_react(
     )
 
 
-def _check(cancel: threading.Event) -> None:
-    if cancel.is_set():
-        raise AgentCancelled
-
-
 async def _call_model(
-    llm: LLMProvider,
-    messages: Sequence[ChatMessage],
-    recorder: Recorder,
-    cancel: threading.Event,
+    llm: LLMProvider, messages: Sequence[ChatMessage], recorder: Recorder
 ) -> tuple[LLMResponse, bool]:
     """Stream one model call. Text after ``Action: final:`` goes out as answer deltas while it
     arrives, unless a tool action came first. Returns (response, whether deltas went out)."""
     text = ""
     sent: int | None = None  # how much of the text went out as deltas, once the answer began
     response: LLMResponse | None = None
-    async for chunk in llm.stream(messages, stop=OBSERVATION_STOP_SEQUENCES, cancel=cancel):
-        if chunk.response is not None:
-            response = chunk.response
-            break
-        text += chunk.delta
-        if sent is None:
-            marker = _FINAL_MARKER.search(text)
-            if marker is None or _TOOL_MARKER.search(text, 0, marker.start()):
-                continue
-            rest = text[marker.end() :]
-            if not rest.strip():
-                continue
-            sent = len(text) - len(rest.lstrip())
-        if len(text) > sent:
-            await recorder.answer_delta(text[sent:])
-            sent = len(text)
-    _check(cancel)
+    # Closed on the way out, so a cancellation while a delta is recorded closes the HTTP stream.
+    async with aclosing(llm.stream(messages, stop=OBSERVATION_STOP_SEQUENCES)) as stream:
+        async for chunk in stream:
+            if chunk.response is not None:
+                response = chunk.response
+                break
+            text += chunk.delta
+            if sent is None:
+                marker = _FINAL_MARKER.search(text)
+                if marker is None or _TOOL_MARKER.search(text, 0, marker.start()):
+                    continue
+                rest = text[marker.end() :]
+                if not rest.strip():
+                    continue
+                sent = len(text) - len(rest.lstrip())
+            if len(text) > sent:
+                await recorder.answer_delta(text[sent:])
+                sent = len(text)
     if response is None:
         response = LLMResponse(content=text, model=getattr(llm, "model", ""))
     return response, sent is not None
@@ -231,7 +223,6 @@ async def _run_tool(
         }
     attempts = 0
     while True:
-        _check(context.cancel)
         try:
             return await tools.call(name, args, context)
         except ToolInputInvalid as exc:
@@ -243,7 +234,6 @@ async def _run_tool(
         except ToolResultInvalid as exc:
             return {"error": exc.message, "suggestion": "Try other arguments or another tool."}
         except ToolFailed as exc:
-            _check(context.cancel)
             attempts += 1
             # Domain errors (code too large, no sandbox engine) fail the same way again.
             deterministic = "code" in exc.details or "hint" in exc.details

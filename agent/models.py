@@ -7,6 +7,7 @@ import uuid
 from django.conf import settings
 from django.db import models
 
+from devassist.storable import StorableJSONField, StorableTextField
 from traces.models import Trace
 
 
@@ -57,9 +58,9 @@ class AgentRun(models.Model):
     request_id = models.CharField(max_length=128, blank=True)
     mode = models.CharField(max_length=16, choices=RunMode.choices, default=RunMode.AGENT)
     status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.QUEUED)
-    input = models.TextField()
-    output = models.TextField(blank=True)
-    error = models.TextField(blank=True)
+    input = StorableTextField()
+    output = StorableTextField(blank=True)
+    error = StorableTextField(blank=True)
     error_code = models.CharField(max_length=64, blank=True)
     tools = models.JSONField(default=list, blank=True)
     model = models.CharField(max_length=200, blank=True)
@@ -96,7 +97,7 @@ class RunEvent(models.Model):
     run = models.ForeignKey(AgentRun, on_delete=models.CASCADE, related_name="events")
     seq = models.PositiveIntegerField()
     type = models.CharField(max_length=16)
-    payload = models.JSONField(default=dict)
+    payload = StorableJSONField(default=dict)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -107,31 +108,3 @@ class RunEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.type} #{self.seq}"
-
-
-class MemorySummary(models.Model):
-    """Long-term memory: facts summarised from a conversation's turns that fell out of the
-    short-term window, up to ``through_sequence``. The facts are searchable in the Chroma
-    collection ``agent_memory`` under this row's id; this row is what says how far the
-    conversation has been summarised."""
-
-    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
-    conversation = models.ForeignKey(
-        "chat.Conversation", on_delete=models.CASCADE, related_name="memory_summaries"
-    )
-    from_sequence = models.PositiveIntegerField()
-    through_sequence = models.PositiveIntegerField()
-    facts = models.JSONField(default=list)
-    model = models.CharField(max_length=200, blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
-
-    class Meta:
-        ordering = ["conversation", "through_sequence"]
-        constraints = [
-            models.UniqueConstraint(
-                fields=["conversation", "through_sequence"], name="memory_summary_unique_end"
-            )
-        ]
-
-    def __str__(self) -> str:
-        return f"{self.conversation_id} through {self.through_sequence}"

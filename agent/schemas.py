@@ -29,7 +29,11 @@ class StepEventOut(Schema):
     action_raw: str
     tool_name: str | None
     tool_args: dict[str, Any] | None
-    observation: str
+    observation: Any = Field(
+        None,
+        description="The tool's structured result (for execute_code: stdout, stderr, "
+        "exit_code, duration_ms, timed_out, oom_killed, truncated...).",
+    )
     error: str | None
     started_at_ms: int
     finished_at_ms: int

@@ -1,5 +1,5 @@
-"""The chat API: send a message (answered by chat, RAG or the agent, streamed or not) and
-manage conversations."""
+"""The chat API: send a message (answered by chat, RAG or the agent, streamed or not), ask the
+agent (``POST /agent``), and manage conversations."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from ninja import Field as NinjaField
 from ninja import Query, Router, Schema
 
 from agent.api import new_run_frames
+from agent.schemas import AgentIn, AgentOut
 from agent.sse import sse_response
 from chat.debug import conversation_debug, debug_view_json
-from chat.runs import chat_turn_result, chat_turn_start
 from chat.schemas import (
     ChatIn,
     ChatOut,
@@ -25,6 +25,7 @@ from chat.schemas import (
 )
 from chat.selectors import conversation_get_for, conversation_list_for, display_messages
 from chat.services import NewMessage, conversation_delete, conversation_rename
+from chat.turns import agent_turn_result, agent_turn_start, chat_turn_result, chat_turn_start
 from devassist.auth import api_user
 
 router = Router(tags=["chat"])
@@ -62,6 +63,30 @@ async def chat(
     return await chat_turn_result(turn=turn)
 
 
+#: Mounted at /agent: the agent on a message, in one of your conversations or on its own.
+agent_router = Router(tags=["agent"])
+
+
+@agent_router.post("", response=AgentOut, url_name="agent")
+async def agent(
+    request: HttpRequest, payload: AgentIn, query: Query[StreamQuery]
+) -> StreamingHttpResponse | dict[str, Any]:
+    """Run the agent on ``message`` (with ``conversation_id``, as a turn of that conversation
+    that takes the agent route). ``stream=true`` answers with the SSE stream (``meta``,
+    ``step``s, ``delta``s, ``error``, ``done``); otherwise with the whole result once done. The
+    run goes on if the client goes away."""
+    turn = await agent_turn_start(
+        user=api_user(request),
+        message=payload.message,
+        tools=payload.tools,
+        conversation_id=payload.conversation_id,
+        request_id=getattr(request, "request_id", ""),
+    )
+    if query.stream:
+        return sse_response(new_run_frames(turn.run))
+    return await agent_turn_result(turn=turn)
+
+
 @router.get("/conversations", response=ConversationListOut, url_name="list_conversations")
 def list_conversations(request: HttpRequest, query: Query[ListQuery]) -> dict[str, Any]:
     """Your conversations, most recently active first; ``q`` searches titles and messages;
@@ -92,9 +117,9 @@ debug_router = Router(tags=["debug"])
 @debug_router.get("/{conversation_id}/debug", url_name="conversation_debug")
 def debug_conversation(request: HttpRequest, conversation_id: uuid.UUID) -> dict[str, Any]:
     """Superusers only (403 otherwise): the debug panel's data for one of your conversations
-    (404 for anyone else's, as for a missing one): every stored message, the live rows of a
-    run in progress and the queued requests, with the runs' model and tool calls, grouped by
-    run. The fields are described in ``chat.debug`` and docs/debug-panel.md."""
+    (404 for anyone else's, as for a missing one): the runs' steps joined with the messages
+    that record them, grouped by run, and the messages of no run. The fields are described in
+    ``chat.debug`` and docs/debug-panel.md."""
     view = conversation_debug(user=api_user(request), conversation_id=conversation_id)
     return debug_view_json(view)
 

@@ -14,6 +14,8 @@ import uuid
 from django.conf import settings
 from django.db import models
 
+from devassist.storable import StorableCharField, StorableJSONField, StorableTextField
+
 
 class MessageRole(models.TextChoices):
     USER = "user"
@@ -38,7 +40,7 @@ class Conversation(models.Model):
     owner = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="conversations"
     )
-    title = models.CharField(max_length=200, blank=True)
+    title = StorableCharField(max_length=200, blank=True)
     #: The sequence of the newest message (messages are numbered from 1 without gaps).
     last_sequence = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -66,7 +68,7 @@ class Message(models.Model):
     )
     role = models.CharField(max_length=16, choices=MessageRole.choices)
     kind = models.CharField(max_length=16, choices=MessageKind.choices, default=MessageKind.TURN)
-    content = models.TextField()
+    content = StorableTextField()
     run = models.ForeignKey(
         "agent.AgentRun",
         null=True,
@@ -74,9 +76,20 @@ class Message(models.Model):
         on_delete=models.SET_NULL,
         related_name="messages",
     )
+    #: The trace step this message records (the run's ``goal`` for its user message, a model
+    #: call's ``thought``, a tool call's ``result``, the ``memory_read`` of long-term memory,
+    #: the ``response`` for the answer); empty for messages outside a run and once the step
+    #: is deleted.
+    step = models.ForeignKey(
+        "traces.Step",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="messages",
+    )
     request_id = models.CharField(max_length=128, blank=True)
     sequence = models.PositiveIntegerField()
-    metadata = models.JSONField(default=dict, blank=True)
+    metadata = StorableJSONField(default=dict, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     objects = MessageQuerySet.as_manager()
@@ -94,3 +107,31 @@ class Message(models.Model):
 
     def __str__(self) -> str:
         return f"{self.role}: {self.content[:60]}"
+
+
+class MemorySummary(models.Model):
+    """Long-term memory: facts summarised from a conversation's turns that fell out of the
+    short-term window, up to ``through_sequence``. The facts are searchable in the Chroma
+    collection ``agent_memory`` under this row's id; this row is what says how far the
+    conversation has been summarised."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    conversation = models.ForeignKey(
+        Conversation, on_delete=models.CASCADE, related_name="memory_summaries"
+    )
+    from_sequence = models.PositiveIntegerField()
+    through_sequence = models.PositiveIntegerField()
+    facts = StorableJSONField(default=list)
+    model = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["conversation", "through_sequence"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["conversation", "through_sequence"], name="memory_summary_unique_end"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.conversation_id} through {self.through_sequence}"

@@ -5,16 +5,14 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
-from functools import lru_cache
 from typing import Any
 
-from django.db import connection
 from django.db.models import Exists, OuterRef, Q
 
 from agent.models import FINAL_RUN_STATUSES, AgentRun
+from agent.selectors import run_steps
 from chat.models import Conversation, Message, MessageKind, MessageRole
 from devassist.cursors import decode_cursor, encode_cursor
-from devassist.db import PLACEHOLDER_USER, CompiledSelect, placeholder_ids
 from devassist.errors import BadRequest, NotFound
 
 
@@ -32,24 +30,22 @@ def conversation_get_for(*, user: Any, conversation_id: uuid.UUID) -> Conversati
 
 def conversation_locked_for(*, user: Any, conversation_id: uuid.UUID) -> Conversation:
     """``conversation_get_for`` with the row locked until the transaction ends (callers are
-    inside ``transaction.atomic``), for appending to it; a statement compiled once, since
-    every chat turn in a conversation starts here."""
-    key = placeholder_ids(1)[0]
-    found = _locked_query(connection.vendor).instances(
-        Conversation, {key: conversation_id, PLACEHOLDER_USER: user.pk}
-    )
-    if not found:
-        raise ConversationNotFound(f"Conversation {conversation_id} does not exist.")
-    return found[0]
-
-
-@lru_cache(maxsize=2)
-def _locked_query(vendor: str) -> CompiledSelect:
-    return CompiledSelect.of(
+    inside ``transaction.atomic``), for appending to it."""
+    conversation = (
         Conversation.objects.select_for_update()
-        .filter(pk=placeholder_ids(1)[0], owner_id=PLACEHOLDER_USER)
+        .owned_by(user)
+        .filter(pk=conversation_id)
         .order_by()
+        .first()
     )
+    if conversation is None:
+        raise ConversationNotFound(f"Conversation {conversation_id} does not exist.")
+    return conversation
+
+
+def conversation_steps(*, conversation: Conversation) -> dict[uuid.UUID, list[dict[str, Any]]]:
+    """The ``step`` events of each of the conversation's runs, derived from their traces."""
+    return run_steps(list(AgentRun.objects.filter(conversation=conversation).only("trace_id")))
 
 
 def turns_through(

@@ -12,7 +12,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from agent.knowledge.store import delete_where
-from agent.memory import memory_config, short_term_memory
+from chat.memory import memory_config, short_term_memory
 from chat.models import Conversation, Message, MessageKind, MessageRole
 from devassist.errors import BadRequest
 
@@ -27,12 +27,14 @@ class TitleInvalid(BadRequest):
 
 @dataclass(frozen=True)
 class NewMessage:
-    """A message to append (its sequence comes from the conversation)."""
+    """A message to append (its sequence comes from the conversation); ``step_id`` is the
+    trace step it records (``Message.step``), stored before or in the same transaction."""
 
     role: str
     content: str
     kind: str = MessageKind.TURN
     metadata: dict[str, Any] = field(default_factory=dict)
+    step_id: uuid.UUID | None = None
 
 
 def conversation_create(*, owner: Any, title: str = "") -> Conversation:
@@ -85,6 +87,7 @@ def messages_build(
                 request_id=request_id,
                 sequence=conversation.last_sequence,
                 metadata=message.metadata,
+                step_id=message.step_id,
             )
         )
         if (

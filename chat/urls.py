@@ -19,6 +19,8 @@ urlpatterns = [
         views.conversation_delete_view,
         name="delete",
     ),
+    path("ui/chat/messages", views.send_message, name="send"),
+    path("ui/chat/runs/<uuid:run_id>/stream", views.run_stream, name="run_stream"),
     path("ui/chat/runs/<uuid:run_id>/answer", views.run_answer, name="answer"),
     path("ui/chat/debug-mode", views.debug_mode_switch, name="debug_mode"),
     path(

@@ -136,7 +136,7 @@ def _unhandled(request: HttpRequest, exc: Exception) -> HttpResponse:
 
 api.add_router("/api/traces", "traces.api.router")
 api.add_router("/api/sandbox", "sandbox.api.router")
-api.add_router("/agent", "agent.api.agent_router")
+api.add_router("/agent", "chat.api.agent_router")
 api.add_router("/api/runs", "agent.api.runs_router")
 api.add_router("/admin/agent-traces", "agent.api.staff_router")
 api.add_router("/api/collections", "agent.knowledge.api.router")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gc
 import os
 
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
@@ -15,7 +14,7 @@ django_asgi_app = get_asgi_application()
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.conf import settings  # noqa: E402
 
-from agent.runs import run_leases_start  # noqa: E402
+from agent.executor import run_leases_start  # noqa: E402
 from devassist.ws_auth import TokenAuthMiddlewareStack, browser_origin_validator  # noqa: E402
 from sandbox.backends import warm_start  # noqa: E402
 from traces.routing import websocket_urlpatterns as trace_websockets  # noqa: E402
@@ -34,9 +33,3 @@ if settings.SANDBOX_WARM_ON_START:
     warm_start()
 # A worker fails the runs of workers that died, even when it runs nothing itself.
 run_leases_start()
-
-# Everything loaded so far (Django, the apps, their modules) lives as long as the process: out
-# of the garbage collector's way, full collections only walk what requests and runs create, and
-# their pauses shrink accordingly (the debug panel's merge of 2,000 calls: p95 from about 130 to
-# about 95 ms; benchmarks/debug_merge.py).
-gc.freeze()

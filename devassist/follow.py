@@ -12,11 +12,14 @@ from __future__ import annotations
 import asyncio
 import time
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from functools import partial
 from typing import Any
 
 import structlog
+from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
+from django.db import transaction
 
 logger = structlog.get_logger(__name__)
 
@@ -69,6 +72,26 @@ async def broadcast(group: str, message: dict[str, Any]) -> None:
     """Send ``message`` to everyone listening to ``group``, on every worker (a
     ``GroupListener``). Raises what the channel layer raises."""
     await get_channel_layer().group_send(group, {**message, "group": group})
+
+
+def broadcast_on_commit(group: str, messages: Sequence[dict[str, Any]]) -> None:
+    """``broadcast`` each of ``messages`` to ``group`` once the current transaction commits
+    (at once outside one), from the committing thread. A failure is logged, never raised:
+    what the messages carry is stored in its log, and followers fill the gap from there."""
+    if messages:
+        transaction.on_commit(partial(_broadcast_committed, group, list(messages)))
+
+
+def _broadcast_committed(group: str, messages: list[dict[str, Any]]) -> None:
+    try:
+        async_to_sync(_broadcast_all)(group, messages)
+    except Exception:
+        logger.exception("broadcast_failed", group=group)
+
+
+async def _broadcast_all(group: str, messages: list[dict[str, Any]]) -> None:
+    for message in messages:
+        await broadcast(group, message)
 
 
 class _Hub:

@@ -51,14 +51,16 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "devassist.middleware.RequestIdMiddleware",
-    "devassist.middleware.SecurityMiddleware",
-    "devassist.middleware.SessionMiddleware",
-    "devassist.middleware.CommonMiddleware",
-    "devassist.middleware.CsrfViewMiddleware",
-    "devassist.middleware.AuthenticationMiddleware",
-    "devassist.middleware.LoginRequiredMiddleware",
-    "devassist.middleware.MessageMiddleware",
-    "devassist.middleware.XFrameOptionsMiddleware",
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # Pages need a login; the API's views are exempt (devassist/urls.py) and answer 401 in
+    # the error envelope themselves (a session, or a bearer token).
+    "django.contrib.auth.middleware.LoginRequiredMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
 ]
 
@@ -163,9 +165,6 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("MAX_REQUEST_BYTES", 10 * 1024 * 1024)
 TRACE_BATCH_MAX_STEPS = 1000
 TRACE_NODE_WINDOW_MAX = 500
 TRACE_EVENT_PAGE_MAX = 1000
-# A running agent's steps and events commit without waiting for the disk flush (PostgreSQL
-# synchronous_commit=off per transaction); a run's end commits durably (devassist/db.py).
-ASYNC_COMMIT_RUN_WRITES = env_bool("ASYNC_COMMIT_RUN_WRITES", default=True)
 
 # Docker engine for the sandbox and /healthz; empty means docker-py's default (DOCKER_HOST or
 # the local socket).
@@ -231,9 +230,6 @@ LLM = {
     },
 }
 
-# Runs working at once in this process (agent/slots.py): a run gives its slot back while it
-# waits on the model, a tool or the knowledge store. 0 for no limit.
-AGENT_RUN_SLOTS = env_int("AGENT_RUN_SLOTS", 2)
 # Every running run has a lease held by the worker that executes it (agent/leases.py): the
 # worker renews its runs' leases every RUN_HEARTBEAT_S, and any worker fails a run whose lease
 # is older than RUN_LEASE_S (its worker died) with ``worker_lost``.
@@ -257,8 +253,9 @@ EMBEDDINGS: dict[str, Any] = {
         "model": env_str("EMBEDDINGS_MODEL"),
         "base_url": env_str("EMBEDDINGS_BASE_URL"),
         "api_key": env_str("EMBEDDINGS_API_KEY"),
-        # The openai backend: per-request timeout, retries of connection errors, 429 and 5xx,
-        # texts per request, and shorter vectors (0: the model's own length).
+        # The openai backend: per-request timeout, the SDK's retries (connection errors,
+        # timeouts, 408, 409, 429, 5xx), texts per request, and shorter vectors (0: the
+        # model's own length).
         "timeout_s": env_float("EMBEDDINGS_TIMEOUT_S", 30.0),
         "max_retries": env_int("EMBEDDINGS_MAX_RETRIES", 2),
         "batch_size": env_int("EMBEDDINGS_BATCH_SIZE", 64),

@@ -10,10 +10,12 @@ integer (1e20 as 100000000000000000000), so numbers of either kind stop at ±(2^
 - input from people (request bodies and query strings) holding one is refused with its path
   (``value_problems``; ``devassist.parser`` turns them into a 422 ``validation_error``);
 - text from programs (sandbox and tool output, model replies, the arguments a model wrote)
-  must be kept, so ``devassist.db`` makes it storable on every write (``storable_json``,
-  ``storable_text``): NUL and lone surrogates become U+FFFD, numbers past 64 bits and NaN or
-  Infinity become their text, anything nested deeper than ``MAX_JSON_DEPTH`` becomes
-  its JSON text; a JSON object that had something replaced carries ``REPLACED_FLAG: true``.
+  must be kept, so it is made storable on every write: by the model fields that hold it
+  (``StorableJSONField``, ``StorableTextField``, ``StorableCharField``), or by a writer that
+  builds events from an instance before saving it (``make_storable``, the trace store): NUL
+  and lone surrogates become U+FFFD, numbers past 64 bits and NaN or Infinity become their
+  text, anything nested deeper than ``MAX_JSON_DEPTH`` becomes its JSON text; a JSON object
+  that had something replaced carries ``REPLACED_FLAG: true``.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
+
+from django.db import models
 
 #: The largest magnitude a signed 64-bit integer (PostgreSQL's bigint) holds, either sign.
 MAX_INT = 2**63 - 1
@@ -147,3 +151,65 @@ def _json_text(value: Any) -> str:
         return json.dumps(value, default=str, allow_nan=True)
     except (RecursionError, ValueError):
         return REPLACEMENT
+
+
+def storable_json_value(value: Any) -> Any:
+    """``value`` as a JSON column stores it: made storable, and a JSON object that had
+    something replaced flagged with ``REPLACED_FLAG`` (the same object when clean)."""
+    stored, replaced = storable_json(value)
+    if replaced and isinstance(stored, dict):
+        return {**stored, REPLACED_FLAG: True}
+    return stored
+
+
+def make_storable(instance: models.Model) -> None:
+    """Replace in ``instance``'s text and JSON fields what the database cannot hold
+    (``storable_text``, ``storable_json_value``). Call it before the instance is saved, and
+    before anything is made from it, so that what is answered and broadcast is what is
+    stored."""
+    for field in instance._meta.concrete_fields:
+        value = getattr(instance, field.attname)
+        if isinstance(field, models.JSONField):
+            setattr(instance, field.attname, storable_json_value(value))
+        elif isinstance(value, str):
+            setattr(instance, field.attname, storable_text(value))
+
+
+class _Storable:
+    """Makes a field's value storable on every write: on insert and save the instance gets
+    the stored value too (so what is published or answered from it is what was stored);
+    ``QuerySet.update`` values are made storable on their way to the database."""
+
+    def storable(self, value: Any) -> Any:
+        raise NotImplementedError
+
+    def pre_save(self, model_instance: models.Model, add: bool) -> Any:
+        value = super().pre_save(model_instance, add)  # type: ignore[misc]
+        stored = self.storable(value)
+        if stored is not value:
+            setattr(model_instance, self.attname, stored)  # type: ignore[attr-defined]
+        return stored
+
+    def get_prep_value(self, value: Any) -> Any:
+        return super().get_prep_value(self.storable(value))  # type: ignore[misc]
+
+
+class StorableJSONField(_Storable, models.JSONField):
+    """A ``JSONField`` for values programs wrote (``storable_json_value``)."""
+
+    def storable(self, value: Any) -> Any:
+        return storable_json_value(value)
+
+
+class StorableTextField(_Storable, models.TextField):
+    """A ``TextField`` for text programs wrote (``storable_text``)."""
+
+    def storable(self, value: Any) -> Any:
+        return storable_text(value) if isinstance(value, str) else value
+
+
+class StorableCharField(_Storable, models.CharField):
+    """A ``CharField`` for text programs wrote (``storable_text``)."""
+
+    def storable(self, value: Any) -> Any:
+        return storable_text(value) if isinstance(value, str) else value

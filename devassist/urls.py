@@ -2,10 +2,24 @@ from __future__ import annotations
 
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
-from django.urls import include, path
+from django.contrib.auth.decorators import login_not_required
+from django.urls import URLPattern, URLResolver, include, path
 
 from devassist import views
 from devassist.api import api
+
+
+def api_urls() -> tuple[list[URLPattern | URLResolver], str, str]:
+    """The API's routes, exempt from ``LoginRequiredMiddleware``: the API authenticates each
+    request itself (a session with CSRF, or a bearer token) and answers 401 in the error
+    envelope rather than redirecting to the login page. Its docs and schema stay pages behind
+    their own ``login_required`` (``devassist.api``)."""
+    patterns, app_name, namespace = api.urls
+    for pattern in patterns:
+        if isinstance(pattern, URLPattern):
+            login_not_required(pattern.callback)
+    return patterns, app_name, namespace
+
 
 urlpatterns = [
     path("", views.home, name="home"),
@@ -16,7 +30,7 @@ urlpatterns = [
     path("", include("chat.urls")),
     # The API first: its routes are exact, so the admin's catch-all below does not shadow
     # /admin/agent-traces.
-    path("", api.urls),
+    path("", api_urls()),
     path("admin/", admin.site.urls),
 ]
 

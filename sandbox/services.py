@@ -62,23 +62,26 @@ def code_size_check(code: str) -> None:
 
 
 async def run_scanned(
-    *, user: Any, code: str, timeout_s: float, cancel: threading.Event | None = None
+    *, user: Any, code: str, timeout_s: float
 ) -> tuple[ScanReport, ExecResult | None]:
     """Scan, then run for ``user`` unless blocked: ``(report, None)`` for blocked code. Raises
     ``SandboxBusy`` (before scanning) when ``user`` holds all their sandbox slots, and
     ``SandboxUnavailable``. Cancelling the awaiting task stops the container too."""
     with get_sandbox_slots().claim(slot_owner(user)) as claim:
-        return await _scan_and_run(claim, code=code, timeout_s=timeout_s, cancel=cancel)
+        return await _scan_and_run(claim, code=code, timeout_s=timeout_s)
 
 
 async def _scan_and_run(
-    claim: SlotClaim, *, code: str, timeout_s: float, cancel: threading.Event | None
+    claim: SlotClaim, *, code: str, timeout_s: float
 ) -> tuple[ScanReport, ExecResult | None]:
+    """The scan, then the run in a thread; the container is the thread's, so a cancelled
+    task tells it to stop through an event (the one place a thread event stands for asyncio
+    cancellation)."""
     report = scan(code, scan_policy())
     if report.blocked:
         return report, None
     backend = get_sandbox()
-    cancel = cancel or threading.Event()
+    cancel = threading.Event()
     try:
         result = await claim.run(
             partial(_run, backend, code=code, timeout_s=timeout_s, cancel=cancel)
@@ -123,7 +126,7 @@ async def _execute_recorded(
     )
     await store.add_steps(trace.id, [goal, action])
     try:
-        report, result = await _scan_and_run(claim, code=code, timeout_s=timeout_s, cancel=None)
+        report, result = await _scan_and_run(claim, code=code, timeout_s=timeout_s)
     except SandboxUnavailable as exc:
         await _finish(trace.id, goal, action, error=str(exc), data={"hint": exc.hint})
         raise DockerNotAvailable(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from ninja import Field as NinjaField
@@ -15,7 +16,8 @@ from devassist.auth import api_user
 from devassist.errors import Forbidden
 from devassist.responses import json_response
 from devassist.storable import MAX_INT
-from traces.access import can_view, can_write
+from traces import selectors
+from traces.access import can_write
 from traces.models import Trace
 from traces.projections import step_dict, trace_dict
 from traces.schemas import (
@@ -33,7 +35,8 @@ from traces.schemas import (
     TraceStatusName,
     TreeOut,
 )
-from traces.store import MAX_DEPTH, StepCreate, TraceNotFound, get_trace_store
+from traces.selectors import CHILD_WINDOW, MAX_DEPTH
+from traces.store import StepCreate, get_trace_store
 
 router = Router(tags=["traces"])
 
@@ -59,7 +62,7 @@ class NodeQuery(Schema):
     expand: bool = NinjaField(False, description="Include every node's full data.")
     max_depth: int = NinjaField(1, ge=1, le=MAX_DEPTH)
     offset: int = NinjaField(0, ge=0, le=MAX_INT)
-    limit: int = NinjaField(100, ge=1, le=settings.TRACE_NODE_WINDOW_MAX)
+    limit: int = NinjaField(CHILD_WINDOW, ge=1, le=settings.TRACE_NODE_WINDOW_MAX)
 
 
 class EventsQuery(Schema):
@@ -68,10 +71,7 @@ class EventsQuery(Schema):
 
 
 async def _visible_trace(request: HttpRequest, trace_id: uuid.UUID) -> Trace:
-    trace = await get_trace_store().get_trace(trace_id)
-    if not can_view(api_user(request), trace):
-        raise TraceNotFound(f"Trace {trace_id} does not exist.")
-    return trace
+    return await sync_to_async(selectors.trace_get_for)(viewer=api_user(request), trace_id=trace_id)
 
 
 async def _writable_trace(request: HttpRequest, trace_id: uuid.UUID) -> Trace:
@@ -161,15 +161,14 @@ async def complete_trace(
 @router.get("", response=TraceListOut, url_name="list_traces")
 async def list_traces(request: HttpRequest, filters: Query[TraceListQuery]) -> dict[str, Any]:
     """Newest first. Users see their own traces, staff everyone's."""
-    user = api_user(request)
-    page = await get_trace_store().list_traces(
-        user=None if user.is_staff else user,
-        mode=filters.mode,
-        status=filters.status,
-        agent_type=filters.agent_type,
-        q=filters.q,
+    page = await sync_to_async(selectors.trace_list_for)(
+        viewer=api_user(request),
+        mode=filters.mode or "",
+        status=filters.status or "",
+        agent_type=filters.agent_type or "",
+        q=filters.q or "",
+        cursor=filters.cursor or "",
         limit=filters.limit,
-        cursor=filters.cursor,
     )
     return {"traces": [trace_dict(t) for t in page.traces], "next_cursor": page.next_cursor}
 
@@ -186,8 +185,8 @@ async def trace_tree(
     """The whole tree in two queries. ``compact`` (default) leaves out ``data`` (see
     ``data_preview``); for traces past 50,000 steps use ``max_depth`` or the node endpoint."""
     trace = await _visible_trace(request, trace_id)
-    roots = await get_trace_store().get_tree(
-        trace, max_depth=query.max_depth, full=query.view == "full", max_steps=TREE_MAX_STEPS
+    roots = await sync_to_async(selectors.trace_tree)(
+        trace=trace, max_depth=query.max_depth, full=query.view == "full", max_steps=TREE_MAX_STEPS
     )
     return json_response({"trace": trace_dict(trace), "root_steps": roots})
 
@@ -199,9 +198,9 @@ async def trace_node(
     """A step (``root`` or ``null`` for the top level) with a window of its children, nested
     ``max_depth`` levels; one query per level."""
     node_id = _parse_node_id(step_id)
-    window = await get_trace_store().get_subtree(
-        trace_id,
-        node_id,
+    window = await sync_to_async(selectors.node_window)(
+        trace_id=trace_id,
+        step_id=node_id,
         viewer=api_user(request),
         max_depth=query.max_depth,
         offset=query.offset,
@@ -221,7 +220,7 @@ async def trace_node(
 @router.get("/{trace_id}/steps/{step_id}", response=StepFullOut, url_name="get_step")
 async def get_step(request: HttpRequest, trace_id: uuid.UUID, step_id: uuid.UUID) -> dict[str, Any]:
     await _visible_trace(request, trace_id)
-    step = await get_trace_store().get_step(trace_id, step_id)
+    step = await sync_to_async(selectors.step_get)(trace_id=trace_id, step_id=step_id)
     return step_dict(step, full=True)
 
 
@@ -231,6 +230,8 @@ async def trace_events(
 ) -> dict[str, Any]:
     """The event log after ``after_seq``, oldest first, as the websocket sends it."""
     trace = await _visible_trace(request, trace_id)
-    events = await get_trace_store().events_after(trace_id, query.after_seq, limit=query.limit)
+    events = await sync_to_async(selectors.trace_events_after)(
+        trace_id=trace_id, after_seq=query.after_seq, limit=query.limit
+    )
     last = events[-1]["seq"] if events else query.after_seq
     return {"events": events, "last_seq": trace.last_seq, "has_more": last < trace.last_seq}

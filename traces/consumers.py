@@ -8,13 +8,16 @@ from typing import Any
 from urllib.parse import parse_qs
 
 import structlog
+from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 
 from devassist.follow import LogFollower, follow
+from traces import selectors
 from traces.access import can_view
+from traces.exceptions import TraceNotFound
 from traces.projections import trace_dict
-from traces.store import TraceNotFound, get_trace_store, group_name
+from traces.store import group_name
 
 logger = structlog.get_logger(__name__)
 
@@ -55,9 +58,8 @@ class TraceWatchConsumer(AsyncJsonWebsocketConsumer):
         if after_seq == -1:
             await self._refuse(CLOSE_BAD_REQUEST)
             return
-        store = get_trace_store()
         try:
-            trace = await store.get_trace(self.trace_id)
+            trace = await database_sync_to_async(selectors.trace_get)(trace_id=self.trace_id)
         except TraceNotFound:
             await self._refuse(CLOSE_NOT_FOUND)
             return
@@ -112,8 +114,8 @@ class TraceWatchConsumer(AsyncJsonWebsocketConsumer):
             await self.close(code=CLOSE_INTERNAL_ERROR)
 
     async def _fetch(self, after_seq: int, up_to: int | None) -> list[tuple[int, dict[str, Any]]]:
-        page = await get_trace_store().events_after(
-            self.trace_id, after_seq, limit=REPLAY_PAGE, up_to=up_to
+        page = await database_sync_to_async(selectors.trace_events_after)(
+            trace_id=self.trace_id, after_seq=after_seq, limit=REPLAY_PAGE, up_to=up_to
         )
         return [(event["seq"], event) for event in page]
 

@@ -116,8 +116,16 @@ class StepQuerySet(models.QuerySet["Step"]):
     def roots(self) -> StepQuerySet:
         return self.filter(parent__isnull=True)
 
+    def children_of(self, parent_id: uuid.UUID | None) -> StepQuerySet:
+        """The children of a step; the top-level steps for None."""
+        return self.roots() if parent_id is None else self.filter(parent_id=parent_id)
+
     def in_order(self) -> StepQuerySet:
         return self.order_by("seq")
+
+    def failed(self) -> StepQuerySet:
+        """Steps that count as errors (``Step.is_error``)."""
+        return self.filter(models.Q(status=StepStatus.FAILED) | ~models.Q(error=""))
 
 
 class Step(models.Model):

@@ -10,7 +10,7 @@ from typing import Any
 
 from django.db.models import QuerySet
 
-from traces.models import Step, Trace
+from traces.models import Step, Trace, TraceEvent
 from traces.sql import AsFloat, IsoTimestamp, Prefix, UuidText
 
 PREVIEW_CHARS = 200
@@ -166,3 +166,8 @@ def trace_dict(trace: Trace) -> dict[str, Any]:
         "completed_at": iso(trace.completed_at),
         "metadata": trace.metadata,
     }
+
+
+def event_dict(event: TraceEvent) -> dict[str, Any]:
+    """A logged event as the websocket sends it: ``{event, seq, ...payload}``."""
+    return {"event": event.event, "seq": event.seq, **event.payload}

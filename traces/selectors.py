@@ -1,11 +1,16 @@
-"""Reads of the trace browser: the trace list, windows of a trace's tree, search, jumps, the
-timeline and the export stream.
+"""Every read of traces and steps: for the REST API, the watch websocket and the trace browser.
 
-Every function here reads; ``traces.store`` remains the only writer. Steps come out in the
-projection's shape (``traces.projections.step_from_values``) with a few browser fields added:
-``iteration`` (the number of a ``thought`` among its siblings' thoughts), ``repeated`` (an
-``action`` whose tool and arguments an earlier action of the trace already used), and for nodes
-shown open, ``children`` with the window's ``next_offset``/``remaining`` and ``prev_offset``.
+``traces.store`` is the only writer. Reads raise the domain errors (``TraceNotFound``,
+``StepNotFound``, …); the API turns them into its error envelope, the browser views into 404
+pages. Steps come out in the projection's shape (``traces.projections.step_from_values``); the
+browser's nodes add a few fields: ``iteration`` (the number of a ``thought`` among its siblings'
+thoughts), ``repeated`` (an ``action`` whose tool and arguments an earlier action of the trace
+already used), and for nodes shown open, ``children`` with the window's
+``next_offset``/``remaining`` and ``prev_offset``.
+
+A node's children are read in windows of ``CHILD_WINDOW`` by one builder
+(``children_window``, and ``first_children`` for several nodes at once) that the API's node
+endpoint and the browser both use.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from __future__ import annotations
 import itertools
 import json
 import uuid
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
@@ -22,24 +27,26 @@ from asgiref.sync import sync_to_async
 from django.db.models import Count, F, Min, OuterRef, Q, QuerySet, Subquery
 from django.db.models.expressions import Window
 from django.db.models.functions import RowNumber
-from django.http import Http404, QueryDict
-from django.utils.dateparse import parse_date, parse_datetime
+from django.utils.dateparse import parse_datetime
 
+from devassist import cursors
 from devassist.responses import json_bytes
 from traces.access import can_view
-from traces.models import Step, StepStatus, StepType, Trace, TraceMode, TraceStatus
-from traces.projections import step_from_values, step_values, trace_dict
-from traces.store import (
+from traces.exceptions import (
     InvalidCursor,
-    TracePage,
-    after_cursor,
-    decode_cursor,
-    trace_page,
-    traces_filtered,
+    StepNotFound,
+    StepValueNotFound,
+    TraceNotFound,
+    TreeTooLarge,
 )
+from traces.models import Step, StepType, Trace, TraceEvent
+from traces.projections import event_dict, step_from_values, step_values, trace_dict
 
-#: Children shown per window ("show N more" loads the next one).
-WINDOW = 50
+#: The deepest a tree or node read nests (``max_depth``), the same for both endpoints.
+MAX_DEPTH = 10
+#: Children per window: the node endpoint's default ``limit`` and the browser's window ("show
+#: N more" loads the next one).
+CHILD_WINDOW = 50
 #: Rows the first render may open automatically, level by level, before it stops expanding.
 AUTO_EXPAND_ROWS = 300
 #: Levels the first render opens at most (goal → thought → action → result).
@@ -60,168 +67,272 @@ TRACE_PAGE_SIZE = 25
 EXPORT_CHUNK = 1000
 
 
-# --- the list -----------------------------------------------------------------------------------
+# --- traces -------------------------------------------------------------------------------------
+
+
+def trace_get(*, trace_id: uuid.UUID) -> Trace:
+    """The trace with its user (one query); ``TraceNotFound``."""
+    trace = Trace.objects.select_related("user").filter(pk=trace_id).first()
+    if trace is None:
+        raise TraceNotFound(f"Trace {trace_id} does not exist.")
+    return trace
+
+
+def trace_get_for(*, viewer: Any, trace_id: uuid.UUID) -> Trace:
+    """The trace if ``viewer`` may see it (one query); ``TraceNotFound`` for a missing trace
+    and for someone else's alike."""
+    trace = trace_get(trace_id=trace_id)
+    if not can_view(viewer, trace):
+        raise TraceNotFound(f"Trace {trace_id} does not exist.")
+    return trace
 
 
 @dataclass(frozen=True)
-class TraceFilters:
-    """The list's filters, each already checked; ``notices`` say which parameters were
-    ignored and why."""
-
-    mode: str = ""
-    status: str = ""
-    agent_type: str = ""
-    user: str = ""
-    q: str = ""
-    since: date | None = None
-    until: date | None = None
-    cursor: str = ""
-    notices: tuple[str, ...] = ()
-
-    def query(self, **changes: Any) -> dict[str, str]:
-        """The filters as query parameters (without the cursor unless given)."""
-        values = {
-            "mode": self.mode,
-            "status": self.status,
-            "agent_type": self.agent_type,
-            "user": self.user,
-            "q": self.q,
-            "since": self.since.isoformat() if self.since else "",
-            "until": self.until.isoformat() if self.until else "",
-        }
-        values.update(changes)
-        return {name: value for name, value in values.items() if value}
+class TracePage:
+    traces: list[Trace]
+    next_cursor: str | None
 
 
-def _choice(params: QueryDict, name: str, choices: Iterable[str], notices: list[str]) -> str:
-    value = params.get(name, "").strip()
-    if value and value not in choices:
-        notices.append(f"Ignored {name}={value[:40]!r}: not one of {', '.join(choices)}.")
-        return ""
-    return value
-
-
-def _text(params: QueryDict, name: str, limit: int, notices: list[str]) -> str:
-    value = params.get(name, "").strip()
-    if len(value) > limit:
-        notices.append(f"Ignored {name}: longer than {limit} characters.")
-        return ""
-    if "\x00" in value:
-        # PostgreSQL text cannot hold NUL; no stored value contains one.
-        notices.append(f"Ignored {name}: it contains a NUL character.")
-        return ""
-    return value
-
-
-def _date(params: QueryDict, name: str, notices: list[str]) -> date | None:
-    value = params.get(name, "").strip()
-    if not value:
-        return None
+def decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
+    """The position a ``next_cursor`` of a trace page names; ``InvalidCursor``."""
     try:
-        parsed = parse_date(value)
-    except ValueError:
-        parsed = None
-    if parsed is None:
-        notices.append(f"Ignored {name}={value[:40]!r}: not a date (YYYY-MM-DD).")
-    return parsed
-
-
-def parse_trace_filters(params: QueryDict, *, staff: bool) -> TraceFilters:
-    """The list filters of a query string. Malformed or unknown values are dropped with a
-    notice, never an error; ``user`` is for staff only."""
-    notices: list[str] = []
-    user = _text(params, "user", 150, notices)
-    if user and not staff:
-        notices.append("Ignored user: only staff see other people's traces.")
-        user = ""
-    since = _date(params, "since", notices)
-    until = _date(params, "until", notices)
-    if since and until and since > until:
-        notices.append("Ignored the time range: 'since' is after 'until'.")
-        since = until = None
-    cursor = _text(params, "cursor", 200, notices)
-    if cursor:
-        try:
-            decode_cursor(cursor)
-        except InvalidCursor:
-            notices.append("Ignored cursor: it is not one this page gave; showing the newest.")
-            cursor = ""
-    return TraceFilters(
-        mode=_choice(params, "mode", TraceMode.values, notices),
-        status=_choice(params, "status", TraceStatus.values, notices),
-        agent_type=_text(params, "agent_type", 100, notices),
-        user=user,
-        q=_text(params, "q", 500, notices),
-        since=since,
-        until=until,
-        cursor=cursor,
-        notices=tuple(notices),
-    )
+        return cursors.decode_cursor(cursor)
+    except ValueError as exc:
+        raise InvalidCursor(
+            "Invalid cursor: pass back the next_cursor of a previous page.",
+            details={"errors": [{"loc": ["query", "cursor"], "msg": "invalid cursor"}]},
+        ) from exc
 
 
 def _day_start(day: date) -> datetime:
     return datetime.combine(day, time.min, tzinfo=UTC)
 
 
-def trace_list(*, viewer: Any, filters: TraceFilters, limit: int = TRACE_PAGE_SIZE) -> TracePage:
-    """A page of the traces ``viewer`` may see, newest first (one query)."""
+def trace_list_for(
+    *,
+    viewer: Any,
+    mode: str = "",
+    status: str = "",
+    agent_type: str = "",
+    user: str = "",
+    q: str = "",
+    since: date | None = None,
+    until: date | None = None,
+    cursor: str = "",
+    limit: int = TRACE_PAGE_SIZE,
+) -> TracePage:
+    """A page of the traces ``viewer`` may see (staff everyone's), newest first, narrowed by
+    the filters that are set (``user``: a username; ``q``: in the task; ``since``/``until``:
+    days, both included), after ``cursor`` (a ``next_cursor``; ``InvalidCursor``). One
+    query."""
     qs: QuerySet[Trace] = Trace.objects.visible_to(viewer).select_related("user").newest_first()
-    if filters.user:
-        qs = qs.filter(user__username=filters.user)
-    qs = traces_filtered(
-        qs,
-        mode=filters.mode,
-        status=filters.status,
-        agent_type=filters.agent_type,
-        q=filters.q,
+    if user:
+        qs = qs.filter(user__username=user)
+    if mode:
+        qs = qs.filter(mode=mode)
+    if status:
+        qs = qs.filter(status=status)
+    if agent_type:
+        qs = qs.filter(agent_type=agent_type)
+    if q:
+        qs = qs.filter(task__icontains=q)
+    if since:
+        qs = qs.filter(created_at__gte=_day_start(since))
+    if until:
+        qs = qs.filter(created_at__lt=_day_start(until) + timedelta(days=1))
+    if cursor:
+        created_at, last_id = decode_cursor(cursor)
+        qs = qs.filter(Q(created_at__lt=created_at) | Q(created_at=created_at, id__lt=last_id))
+    rows = list(qs[: limit + 1])
+    if len(rows) <= limit:
+        return TracePage(traces=rows, next_cursor=None)
+    rows = rows[:limit]
+    return TracePage(
+        traces=rows, next_cursor=cursors.encode_cursor(rows[-1].created_at, rows[-1].id)
     )
-    if filters.since:
-        qs = qs.filter(created_at__gte=_day_start(filters.since))
-    if filters.until:
-        qs = qs.filter(created_at__lt=_day_start(filters.until) + timedelta(days=1))
-    return trace_page(list(after_cursor(qs, filters.cursor)[: limit + 1]), limit)
 
 
-# --- one trace ----------------------------------------------------------------------------------
+def trace_events_after(
+    *, trace_id: uuid.UUID, after_seq: int, limit: int = 1000, up_to: int | None = None
+) -> list[dict[str, Any]]:
+    """Logged events with ``after_seq < seq <= up_to``, oldest first, at most ``limit``, as
+    the websocket sends them (one query)."""
+    qs = TraceEvent.objects.filter(trace_id=trace_id, seq__gt=after_seq).order_by("seq")
+    if up_to is not None:
+        qs = qs.filter(seq__lte=up_to)
+    return [event_dict(event) for event in qs[:limit]]
 
 
-def _uuid_or_404(value: str | uuid.UUID) -> uuid.UUID:
-    try:
-        return value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))
-    except ValueError as exc:
-        raise Http404("No such trace.") from exc
+# --- steps --------------------------------------------------------------------------------------
 
 
-def trace_for(*, viewer: Any, trace_id: str | uuid.UUID) -> Trace:
-    """The trace if ``viewer`` may see it (one query); ``Http404`` for a malformed id, a missing
-    trace and someone else's alike."""
-    trace = Trace.objects.select_related("user").filter(pk=_uuid_or_404(trace_id)).first()
-    if trace is None or not can_view(viewer, trace):
-        raise Http404("No such trace.")
-    return trace
+def step_get(*, trace_id: uuid.UUID, step_id: uuid.UUID) -> Step:
+    """A step of the trace (one query); ``StepNotFound``."""
+    step = Step.objects.for_trace(trace_id).filter(pk=step_id).first()
+    if step is None:
+        raise StepNotFound(f"Step {step_id} does not exist in trace {trace_id}.")
+    return step
 
 
-def parse_step_id(value: str | None) -> uuid.UUID | None:
-    """A step id from a query parameter; None when absent or malformed."""
-    if not value:
-        return None
-    try:
-        return uuid.UUID(value)
-    except ValueError:
-        return None
+def children_window(
+    *,
+    trace_id: uuid.UUID,
+    parent_id: uuid.UUID | None,
+    offset: int = 0,
+    limit: int = CHILD_WINDOW,
+    full: bool = False,
+) -> list[dict[str, Any]]:
+    """Children ``[offset, offset + limit)`` of a step (the top level for None) in seq order,
+    in the projection's shape, ``full`` with their data (one query)."""
+    siblings = Step.objects.for_trace(trace_id).children_of(parent_id).in_order()
+    return [
+        step_from_values(row, full=full)
+        for row in step_values(siblings, full=full)[offset : offset + limit]
+    ]
 
 
-#: Offsets and seqs from query strings are clamped below what a bigint holds.
-MAX_QUERY_INT = 2**62
+def first_children(
+    *,
+    trace_id: uuid.UUID,
+    parent_ids: Iterable[str],
+    limit: int = CHILD_WINDOW,
+    full: bool = False,
+) -> dict[str, list[dict[str, Any]]]:
+    """The first ``limit`` children of each of the steps ``parent_ids``, by parent id, each
+    in seq order (one query).
+
+    The children are ranked by id alone, then fetched, so a step with thousands of children
+    costs an index scan, not thousands of projections; a lone parent (as the goal usually is)
+    needs no ranking at all."""
+    parents = list(parent_ids)
+    found: dict[str, list[dict[str, Any]]] = {parent: [] for parent in parents}
+    if not parents:
+        return found
+    in_level = Step.objects.for_trace(trace_id).filter(
+        parent_id__in=[uuid.UUID(parent) for parent in parents]
+    )
+    if len(parents) == 1:
+        first_ids = in_level.in_order().values("pk")[:limit]
+    else:
+        first_ids = (
+            in_level.annotate(
+                sibling_rank=Window(
+                    RowNumber(), partition_by=[F("parent_id")], order_by=F("seq").asc()
+                )
+            )
+            .filter(sibling_rank__lte=limit)
+            .values("pk")
+        )
+    rows = step_values(Step.objects.filter(pk__in=first_ids).in_order(), full=full)
+    for row in rows:
+        child = step_from_values(row, full=full)
+        found[child["parent_id"]].append(child)
+    return found
 
 
-def parse_offset(value: str | None) -> int:
-    """A window offset (or seq) from a query parameter; 0 when absent, malformed or negative,
-    at most ``MAX_QUERY_INT``."""
-    try:
-        return min(max(0, int(value or 0)), MAX_QUERY_INT)
-    except ValueError:
-        return 0
+@dataclass(frozen=True)
+class StepWindow:
+    """A node (None for the top level) with a window of its children, nested to a depth."""
+
+    step: dict[str, Any] | None
+    children: list[dict[str, Any]]
+    total_children: int
+    next_offset: int | None
+
+
+def node_window(
+    *,
+    trace_id: uuid.UUID,
+    step_id: uuid.UUID | None,
+    viewer: Any | None = None,
+    max_depth: int = 1,
+    offset: int = 0,
+    limit: int = CHILD_WINDOW,
+    full: bool = False,
+) -> StepWindow:
+    """The node ``step_id`` (top level for None) with children ``[offset, offset + limit)``,
+    each nested ``max_depth - 1`` levels deeper with its first ``limit`` children.
+
+    With ``viewer``, a trace the viewer may not see is ``TraceNotFound``; a step that is not
+    in the trace is ``StepNotFound``. One query for the node (with the access check) and one
+    per level."""
+    traces = Trace.objects.filter(pk=trace_id)
+    if viewer is not None:
+        traces = traces.visible_to(viewer)
+    node: dict[str, Any] | None = None
+    if step_id is None:
+        total = traces.values_list("root_count", flat=True).first()
+        if total is None:
+            raise TraceNotFound(f"Trace {trace_id} does not exist.")
+    else:
+        found = step_values(
+            Step.objects.for_trace(trace_id).filter(pk=step_id, trace__in=traces), full=full
+        ).first()
+        if found is None:
+            if not traces.exists():
+                raise TraceNotFound(f"Trace {trace_id} does not exist.")
+            raise StepNotFound(f"Step {step_id} does not exist in trace {trace_id}.")
+        node = step_from_values(found, full=full)
+        total = found["children_count"]
+    first = children_window(
+        trace_id=trace_id, parent_id=step_id, offset=offset, limit=limit, full=full
+    )
+    level = first
+    for _depth in range(max_depth):
+        for child in level:
+            child["children"] = []
+        if _depth == max_depth - 1:
+            break
+        frontier = {c["step_id"]: c for c in level if c["has_children"]}
+        if not frontier:
+            break
+        below = first_children(trace_id=trace_id, parent_ids=frontier, limit=limit, full=full)
+        level = []
+        for parent_id, children in below.items():
+            frontier[parent_id]["children"] = children
+            level += children
+    end = offset + len(first)
+    return StepWindow(
+        step=node,
+        children=first,
+        total_children=total,
+        next_offset=end if end < total else None,
+    )
+
+
+def trace_tree(
+    *,
+    trace: Trace,
+    max_depth: int | None = None,
+    full: bool = False,
+    max_steps: int | None = None,
+) -> list[dict[str, Any]]:
+    """The whole tree (to ``max_depth`` levels) as nested dicts, in one query. Raises
+    ``TreeTooLarge`` when it holds more than ``max_steps`` steps."""
+    qs = Step.objects.for_trace(trace)
+    if max_depth is not None:
+        qs = qs.filter(depth__lt=max_depth)
+    rows = step_values(qs.in_order(), full=full)
+    if max_steps is not None:
+        rows = rows[: max_steps + 1]
+    nodes: dict[str, dict[str, Any]] = {}
+    roots: list[dict[str, Any]] = []
+    for row in rows:
+        if max_steps is not None and len(nodes) == max_steps:
+            raise TreeTooLarge(
+                f"The tree has more than {max_steps:,} steps: load it level by level with "
+                "the node endpoint, or pass max_depth.",
+                details={"max_steps": max_steps, "total_steps": trace.total_steps},
+            )
+        node = step_from_values(row, full=full)
+        node["children"] = []
+        nodes[node["step_id"]] = node
+        parent = nodes.get(node["parent_id"]) if node["parent_id"] else None
+        (parent["children"] if parent is not None else roots).append(node)
+    return roots
+
+
+# --- the browser's tree -------------------------------------------------------------------------
 
 
 @dataclass
@@ -242,17 +353,17 @@ class TreeView:
         return self.total - self.next_offset if self.next_offset is not None else 0
 
 
-def _node(row: dict[str, Any]) -> dict[str, Any]:
-    node = step_from_values(row)
-    node["iteration"] = row.get("thought_rank") if row["step_type"] == StepType.THOUGHT else None
-    node["repeated"] = False
-    node["children"] = []
-    node["open"] = False
-    node["next_offset"] = None
-    node["prev_offset"] = None
-    node["remaining"] = 0
-    node["index"] = None
-    return node
+def _node(step: dict[str, Any], *, iteration: int | None = None) -> dict[str, Any]:
+    """A projected step as a row of the browser's tree, closed."""
+    step["iteration"] = iteration if step["step_type"] == StepType.THOUGHT else None
+    step["repeated"] = False
+    step["children"] = []
+    step["open"] = False
+    step["next_offset"] = None
+    step["prev_offset"] = None
+    step["remaining"] = 0
+    step["index"] = None
+    return step
 
 
 def _number_iterations(siblings: list[dict[str, Any]], thoughts_before: int) -> None:
@@ -267,19 +378,26 @@ def _number_iterations(siblings: list[dict[str, Any]], thoughts_before: int) -> 
 def _window(
     trace: Trace, parent_id: uuid.UUID | None, offset: int, total: int
 ) -> tuple[list[dict[str, Any]], int | None, int | None]:
-    """Children ``[offset, offset + WINDOW)`` of a node (top level for None), with the next and
-    previous window offsets. One query, and one more to count the earlier thoughts when the
-    window starts past the first child and holds a thought."""
-    siblings = Step.objects.filter(trace_id=trace.id, parent_id=parent_id)
-    nodes = [_node(r) for r in step_values(siblings.order_by("seq"))[offset : offset + WINDOW]]
+    """The browser's window of a node's children at ``offset``, with the next and previous
+    window offsets. One query, and one more to count the earlier thoughts when the window
+    starts past the first child and holds a thought."""
+    nodes = [
+        _node(child)
+        for child in children_window(trace_id=trace.id, parent_id=parent_id, offset=offset)
+    ]
     for index, node in enumerate(nodes, start=offset):
         node["index"] = index
     before = 0
     if offset and any(n["step_type"] == StepType.THOUGHT for n in nodes):
-        before = siblings.filter(step_type=StepType.THOUGHT, seq__lt=nodes[0]["seq"]).count()
+        before = (
+            Step.objects.for_trace(trace)
+            .children_of(parent_id)
+            .filter(step_type=StepType.THOUGHT, seq__lt=nodes[0]["seq"])
+            .count()
+        )
     _number_iterations(nodes, before)
     end = offset + len(nodes)
-    prev = max(0, offset - WINDOW) if offset > 0 else None
+    prev = max(0, offset - CHILD_WINDOW) if offset > 0 else None
     return nodes, (end if end < total else None), prev
 
 
@@ -296,39 +414,19 @@ def _auto_expand(trace: Trace, level: list[dict[str, Any]], budget: int) -> int:
     added = 0
     for _depth in range(AUTO_EXPAND_DEPTH):
         frontier = {n["step_id"]: n for n in level if n["has_children"] and not n["open"]}
-        cost = sum(min(n["children_count"], WINDOW) for n in frontier.values())
+        cost = sum(min(n["children_count"], CHILD_WINDOW) for n in frontier.values())
         if not frontier or added + cost > budget:
             break
-        # The first WINDOW children of each frontier node: ranked by id alone, then fetched, so
-        # a node with thousands of children costs an index scan, not thousands of projections
-        # (and a lone node, as the goal usually is, needs no ranking at all).
-        in_frontier = Step.objects.filter(trace_id=trace.id, parent_id__in=list(frontier))
-        if len(frontier) == 1:
-            first_ids = in_frontier.order_by("seq").values("pk")[:WINDOW]
-        else:
-            first_ids = (
-                in_frontier.annotate(
-                    sibling_rank=Window(
-                        RowNumber(), partition_by=[F("parent_id")], order_by=F("seq").asc()
-                    )
-                )
-                .filter(sibling_rank__lte=WINDOW)
-                .values("pk")
-            )
-        rows = step_values(Step.objects.filter(pk__in=first_ids).order_by("seq"))
-        children: dict[str, list[dict[str, Any]]] = {sid: [] for sid in frontier}
+        children = first_children(trace_id=trace.id, parent_ids=frontier)
         level = []
-        for row in rows:
-            child = _node(row)
-            children[child["parent_id"]].append(child)
-            level.append(child)
-        for group in children.values():
-            _number_iterations(group, 0)
-            for index, node in enumerate(group):
+        for sid, group in children.items():
+            nodes = [_node(child) for child in group]
+            _number_iterations(nodes, 0)
+            for index, node in enumerate(nodes):
                 node["index"] = index
-        for sid, node in frontier.items():
-            shown = len(children[sid])
-            _open(node, children[sid], shown if shown < node["children_count"] else None)
+            parent = frontier[sid]
+            _open(parent, nodes, len(nodes) if len(nodes) < parent["children_count"] else None)
+            level += nodes
         added += len(level)
     return added
 
@@ -347,8 +445,8 @@ def _mark_repeats(trace: Trace, nodes: list[dict[str, Any]]) -> None:
     if not actions:
         return
     firsts = (
-        Step.objects.filter(
-            trace_id=trace.id,
+        Step.objects.for_trace(trace)
+        .filter(
             step_type=StepType.ACTION,
             seq__lt=max(n["seq"] for n in actions),
             name__in={n["name"] for n in actions},
@@ -374,7 +472,7 @@ def tree_view(*, trace: Trace, step_id: uuid.UUID | None = None) -> TreeView:
     first render."""
     notices: list[str] = []
     if step_id is not None:
-        target = step_values(Step.objects.filter(trace_id=trace.id, pk=step_id), full=True).first()
+        target = Step.objects.for_trace(trace).filter(pk=step_id).values("seq", "path").first()
         if target is None:
             notices.append("That step is not in this trace; showing the trace from the top.")
         else:
@@ -395,14 +493,13 @@ def tree_view(*, trace: Trace, step_id: uuid.UUID | None = None) -> TreeView:
     )
 
 
-def _path_view(trace: Trace, target: dict[str, Any]) -> TreeView:
+def _path_view(trace: Trace, target: Mapping[str, Any]) -> TreeView:
     chain_seqs = [*target["path"], target["seq"]]
-    earlier = Step.objects.filter(
-        trace_id=trace.id, parent_id=OuterRef("parent_id"), seq__lt=OuterRef("seq")
-    )
+    in_trace = Step.objects.for_trace(trace)
+    earlier = in_trace.filter(parent_id=OuterRef("parent_id"), seq__lt=OuterRef("seq"))
     ranks = {
         r["seq"]: r
-        for r in Step.objects.filter(trace_id=trace.id, seq__in=chain_seqs)
+        for r in in_trace.filter(seq__in=chain_seqs)
         .annotate(
             rank=Subquery(
                 earlier.order_by().values("trace_id").annotate(n=Count("pk")).values("n")[:1]
@@ -413,9 +510,8 @@ def _path_view(trace: Trace, target: dict[str, Any]) -> TreeView:
     chain = [ranks[s] for s in chain_seqs if s in ranks]
 
     def window_at(parent_id: uuid.UUID | None, rank: int, total: int) -> tuple[Any, ...]:
-        offset = (rank // WINDOW) * WINDOW
-        nodes, nxt, prev = _window(trace, parent_id, offset, total)
-        return nodes, nxt, prev
+        offset = (rank // CHILD_WINDOW) * CHILD_WINDOW
+        return _window(trace, parent_id, offset, total)
 
     roots, root_next, root_prev = window_at(None, chain[0]["rank"] or 0, trace.root_count)
     level = roots
@@ -446,19 +542,20 @@ class ChildWindow:
     remaining: int
 
 
-def child_window(*, trace: Trace, parent_id: uuid.UUID | None, offset: int) -> ChildWindow:
+def child_page(*, trace: Trace, parent_id: uuid.UUID | None, offset: int) -> ChildWindow:
     """A window of a node's children for "show more" and lazy expansion (2 or 3 queries).
-    ``Http404`` for a step that is not in the trace."""
+    ``StepNotFound`` for a step that is not in the trace."""
     if parent_id is None:
         total = trace.root_count
     else:
         count = (
-            Step.objects.filter(trace_id=trace.id, pk=parent_id)
+            Step.objects.for_trace(trace)
+            .filter(pk=parent_id)
             .values_list("children_count", flat=True)
             .first()
         )
         if count is None:
-            raise Http404("No such step.")
+            raise StepNotFound(f"Step {parent_id} does not exist in trace {trace.id}.")
         total = count
     children, nxt, prev = _window(trace, parent_id, offset, total)
     _mark_repeats(trace, children)
@@ -473,20 +570,16 @@ def child_window(*, trace: Trace, parent_id: uuid.UUID | None, offset: int) -> C
 def steps_by_id(*, trace: Trace, ids: Iterable[uuid.UUID]) -> list[dict[str, Any]]:
     """Skeletons of the given steps of the trace, in seq order (the live view's new and
     changed rows), thoughts numbered among their siblings (one query, two with actions)."""
-    thoughts_so_far = Step.objects.filter(
-        trace_id=trace.id,
-        parent_id=OuterRef("parent_id"),
-        step_type=StepType.THOUGHT,
-        seq__lte=OuterRef("seq"),
+    in_trace = Step.objects.for_trace(trace)
+    thoughts_so_far = in_trace.filter(
+        parent_id=OuterRef("parent_id"), step_type=StepType.THOUGHT, seq__lte=OuterRef("seq")
     )
-    rows = step_values(
-        Step.objects.filter(trace_id=trace.id, pk__in=list(ids)).order_by("seq")
-    ).annotate(
+    rows = step_values(in_trace.filter(pk__in=list(ids)).in_order()).annotate(
         thought_rank=Subquery(
             thoughts_so_far.order_by().values("trace_id").annotate(n=Count("pk")).values("n")[:1]
         )
     )
-    nodes = [_node(r) for r in rows]
+    nodes = [_node(step_from_values(r), iteration=r["thought_rank"]) for r in rows]
     _mark_repeats(trace, nodes)
     return nodes
 
@@ -510,10 +603,11 @@ def _pretty(value: Any) -> str:
 
 def step_detail(*, trace: Trace, step_id: uuid.UUID) -> tuple[dict[str, Any], list[ShownValue]]:
     """A step with its full data (one query), and its data as values to show: one per
-    top-level key of an object, else one; longer ones cut to ``VALUE_PREVIEW_CHARS``."""
-    row = step_values(Step.objects.filter(trace_id=trace.id, pk=step_id), full=True).first()
+    top-level key of an object, else one; longer ones cut to ``VALUE_PREVIEW_CHARS``.
+    ``StepNotFound``."""
+    row = step_values(Step.objects.for_trace(trace).filter(pk=step_id), full=True).first()
     if row is None:
-        raise Http404("No such step.")
+        raise StepNotFound(f"Step {step_id} does not exist in trace {trace.id}.")
     step = step_from_values(row, full=True)
     data = step["data"]
     items: list[tuple[str | None, Any]] = (
@@ -534,22 +628,20 @@ def step_detail(*, trace: Trace, step_id: uuid.UUID) -> tuple[dict[str, Any], li
 
 
 def step_data(*, trace: Trace, step_id: uuid.UUID, key: str | None) -> bytes:
-    """A step's data (or one top-level key of it) as JSON bytes, for download."""
-    data = Step.objects.filter(trace_id=trace.id, pk=step_id).values_list("data", flat=True).first()
-    if data is None and not Step.objects.filter(trace_id=trace.id, pk=step_id).exists():
-        raise Http404("No such step.")
+    """A step's data (or one top-level key of it) as JSON bytes, for download.
+    ``StepNotFound``, ``StepValueNotFound``."""
+    found = Step.objects.for_trace(trace).filter(pk=step_id).values_list("data", flat=True)
+    if not found:
+        raise StepNotFound(f"Step {step_id} does not exist in trace {trace.id}.")
+    data = found[0]
     if key is not None:
         if not isinstance(data, dict) or key not in data:
-            raise Http404("No such value.")
+            raise StepValueNotFound(f"Step {step_id} has no value {key!r}.")
         data = data[key]
     return json_bytes(data)
 
 
 # --- search and jumps ---------------------------------------------------------------------------
-
-
-def _errors() -> Q:
-    return Q(status=StepStatus.FAILED) | ~Q(error="")
 
 
 def search_steps(*, trace: Trace, q: str) -> list[dict[str, Any]]:
@@ -558,20 +650,22 @@ def search_steps(*, trace: Trace, q: str) -> list[dict[str, Any]]:
     q = q.replace("\x00", "")
     if not q:
         return []
-    matches = Step.objects.filter(trace_id=trace.id).filter(
+    matches = Step.objects.for_trace(trace).filter(
         Q(name__icontains=q)
         | Q(description__icontains=q)
         | Q(error__icontains=q)
         | Q(data_preview__icontains=q)
     )
-    return [step_from_values(r) for r in step_values(matches.order_by("seq"))[:SEARCH_LIMIT]]
+    return [step_from_values(r) for r in step_values(matches.in_order())[:SEARCH_LIMIT]]
 
 
 def next_step(*, trace: Trace, after_seq: int, kind: str) -> str | None:
     """The id of the next error (``kind="error"``) or slow step (``"slow"``) after
     ``after_seq`` in seq order, wrapping round to the first; None when there is none."""
-    condition = _errors() if kind == "error" else Q(duration_ms__gte=SLOW_STEP_MS)
-    steps = Step.objects.filter(trace_id=trace.id).filter(condition).order_by("seq")
+    in_trace = Step.objects.for_trace(trace)
+    steps = (
+        in_trace.failed() if kind == "error" else in_trace.filter(duration_ms__gte=SLOW_STEP_MS)
+    ).in_order()
     found = steps.filter(seq__gt=after_seq).values_list("id", flat=True).first()
     if found is None:
         found = steps.values_list("id", flat=True).first()
@@ -673,7 +767,7 @@ def layout_timeline(steps: list[dict[str, Any]], *, compress: bool) -> Timeline:
 def timeline(*, trace: Trace, compress: bool) -> Timeline:
     """The waterfall of the trace's steps down to ``TIMELINE_DEPTH``, the first
     ``TIMELINE_BARS`` in seq order (one query)."""
-    steps = Step.objects.filter(trace_id=trace.id, depth__lte=TIMELINE_DEPTH).order_by("seq")
+    steps = Step.objects.for_trace(trace).filter(depth__lte=TIMELINE_DEPTH).in_order()
     rows = [step_from_values(r) for r in step_values(steps)[: TIMELINE_BARS + 1]]
     laid = layout_timeline(rows[:TIMELINE_BARS], compress=compress)
     return Timeline(
@@ -689,7 +783,7 @@ def timeline(*, trace: Trace, compress: bool) -> Timeline:
 
 
 def _export_chunk(trace_id: uuid.UUID, after_seq: int) -> list[dict[str, Any]]:
-    steps = Step.objects.filter(trace_id=trace_id, seq__gt=after_seq).order_by("seq")
+    steps = Step.objects.for_trace(trace_id).filter(seq__gt=after_seq).in_order()
     return [step_from_values(r, full=True) for r in step_values(steps, full=True)[:EXPORT_CHUNK]]
 
 

@@ -1,24 +1,50 @@
 """The trace browser: the list at ``/traces/`` and one trace at ``/traces/<id>/``, with the
-fragments its HTMX and its small scripts load. Views parse, call a selector, render; someone
-else's trace answers 404 exactly like a missing one."""
+fragments its HTMX and its small scripts load. Views parse (``traces.filters``), call a
+selector, render; someone else's trace answers 404 exactly like a missing one."""
 
 from __future__ import annotations
 
+import functools
 import uuid
+from collections.abc import Callable
+from typing import Any, TypeVar
 
-from django.http import Http404, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.http import (
+    Http404,
+    HttpResponse,
+    HttpResponseBase,
+    JsonResponse,
+    StreamingHttpResponse,
+)
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
+from devassist.errors import NotFound
 from devassist.htmx import HtmxHttpRequest
 from traces import selectors
-from traces.selectors import parse_offset, parse_step_id
+from traces.filters import TreeQueryForm, parse_step_id, trace_filters
+
+R = TypeVar("R", bound=HttpResponseBase)
+
+
+def _not_found_is_404(view: Callable[..., R]) -> Callable[..., R]:
+    """The view with the selectors' ``NotFound`` errors (a missing or foreign trace, a missing
+    step or value) answered as a 404 page."""
+
+    @functools.wraps(view)
+    def wrapped(request: HtmxHttpRequest, *args: Any, **kwargs: Any) -> R:
+        try:
+            return view(request, *args, **kwargs)
+        except NotFound as exc:
+            raise Http404(exc.message) from exc
+
+    return wrapped
 
 
 @require_GET
 def trace_list(request: HtmxHttpRequest) -> HttpResponse:
-    filters = selectors.parse_trace_filters(request.GET, staff=request.user.is_staff)
-    page = selectors.trace_list(viewer=request.user, filters=filters)
+    filters = trace_filters(request.GET, staff=request.user.is_staff)
+    page = selectors.trace_list_for(viewer=request.user, **filters.criteria())
     template = (
         "traces/list.html#list" if request.htmx.target == "trace-list" else "traces/list.html"
     )
@@ -26,54 +52,58 @@ def trace_list(request: HtmxHttpRequest) -> HttpResponse:
 
 
 @require_GET
+@_not_found_is_404
 def trace_list_row(request: HtmxHttpRequest, trace_id: uuid.UUID) -> HttpResponse:
-    trace = selectors.trace_for(viewer=request.user, trace_id=trace_id)
+    trace = selectors.trace_get_for(viewer=request.user, trace_id=trace_id)
     return render(request, "traces/_list_row.html", {"trace": trace})
 
 
 @require_GET
+@_not_found_is_404
 def trace_page(request: HtmxHttpRequest, trace_id: uuid.UUID) -> HttpResponse:
-    trace = selectors.trace_for(viewer=request.user, trace_id=trace_id)
-    raw_step = request.GET.get("step")
-    step_id = parse_step_id(raw_step)
+    trace = selectors.trace_get_for(viewer=request.user, trace_id=trace_id)
+    step_id = TreeQueryForm(request.GET).step_id()
     tree = selectors.tree_view(trace=trace, step_id=step_id)
-    if raw_step and step_id is None:
+    if request.GET.get("step") and step_id is None:
         tree.notices.append("Ignored step: not a step id; showing the trace from the top.")
     template = "traces/trace.html#tree" if request.htmx.target == "tree" else "traces/trace.html"
     return render(request, template, {"trace": trace, "tree": tree})
 
 
 @require_GET
+@_not_found_is_404
 def trace_children(request: HtmxHttpRequest, trace_id: uuid.UUID, node: str) -> HttpResponse:
-    trace = selectors.trace_for(viewer=request.user, trace_id=trace_id)
-    parent_id = None if node == "root" else selectors.parse_step_id(node)
+    trace = selectors.trace_get_for(viewer=request.user, trace_id=trace_id)
+    parent_id = None if node == "root" else parse_step_id(node)
     if node != "root" and parent_id is None:
         raise Http404("No such step.")
-    window = selectors.child_window(
-        trace=trace, parent_id=parent_id, offset=parse_offset(request.GET.get("offset"))
-    )
+    offset = TreeQueryForm(request.GET).number("offset")
+    window = selectors.child_page(trace=trace, parent_id=parent_id, offset=offset)
     context = {"trace": trace, "window": window, "node": node, "direction": request.GET.get("dir")}
     return render(request, "traces/_window.html", context)
 
 
 @require_GET
+@_not_found_is_404
 def trace_rows(request: HtmxHttpRequest, trace_id: uuid.UUID) -> HttpResponse:
-    trace = selectors.trace_for(viewer=request.user, trace_id=trace_id)
+    trace = selectors.trace_get_for(viewer=request.user, trace_id=trace_id)
     ids = [i for i in map(parse_step_id, request.GET.get("ids", "").split(",")[:200]) if i]
     nodes = selectors.steps_by_id(trace=trace, ids=ids) if ids else []
     return render(request, "traces/_rows.html", {"trace": trace, "nodes": nodes})
 
 
 @require_GET
+@_not_found_is_404
 def step_detail(request: HtmxHttpRequest, trace_id: uuid.UUID, step_id: uuid.UUID) -> HttpResponse:
-    trace = selectors.trace_for(viewer=request.user, trace_id=trace_id)
+    trace = selectors.trace_get_for(viewer=request.user, trace_id=trace_id)
     step, values = selectors.step_detail(trace=trace, step_id=step_id)
     return render(request, "traces/_detail.html", {"trace": trace, "step": step, "values": values})
 
 
 @require_GET
+@_not_found_is_404
 def step_data(request: HtmxHttpRequest, trace_id: uuid.UUID, step_id: uuid.UUID) -> HttpResponse:
-    trace = selectors.trace_for(viewer=request.user, trace_id=trace_id)
+    trace = selectors.trace_get_for(viewer=request.user, trace_id=trace_id)
     key = request.GET.get("key")
     body = selectors.step_data(trace=trace, step_id=step_id, key=key)
     suffix = "".join(c for c in key or "" if c.isascii() and (c.isalnum() or c in "-_."))[:60]
@@ -84,8 +114,9 @@ def step_data(request: HtmxHttpRequest, trace_id: uuid.UUID, step_id: uuid.UUID)
 
 
 @require_GET
+@_not_found_is_404
 def trace_search(request: HtmxHttpRequest, trace_id: uuid.UUID) -> HttpResponse:
-    trace = selectors.trace_for(viewer=request.user, trace_id=trace_id)
+    trace = selectors.trace_get_for(viewer=request.user, trace_id=trace_id)
     q = request.GET.get("q", "").strip()[:200]
     results = selectors.search_steps(trace=trace, q=q)
     context = {"trace": trace, "q": q, "results": results, "limit": selectors.SEARCH_LIMIT}
@@ -93,18 +124,20 @@ def trace_search(request: HtmxHttpRequest, trace_id: uuid.UUID) -> HttpResponse:
 
 
 @require_GET
+@_not_found_is_404
 def trace_next(request: HtmxHttpRequest, trace_id: uuid.UUID) -> JsonResponse:
     """``{"step_id": ...}`` of the next error (``kind=error``) or slow step (``kind=slow``)
     after ``after`` (a seq), wrapping round; ``step_id`` is null when there is none."""
-    trace = selectors.trace_for(viewer=request.user, trace_id=trace_id)
+    trace = selectors.trace_get_for(viewer=request.user, trace_id=trace_id)
     kind = "slow" if request.GET.get("kind") == "slow" else "error"
-    after = parse_offset(request.GET.get("after"))
+    after = TreeQueryForm(request.GET).number("after")
     return JsonResponse({"step_id": selectors.next_step(trace=trace, after_seq=after, kind=kind)})
 
 
 @require_GET
+@_not_found_is_404
 def trace_timeline(request: HtmxHttpRequest, trace_id: uuid.UUID) -> HttpResponse:
-    trace = selectors.trace_for(viewer=request.user, trace_id=trace_id)
+    trace = selectors.trace_get_for(viewer=request.user, trace_id=trace_id)
     compress = request.GET.get("compress") == "1"
     timeline = selectors.timeline(trace=trace, compress=compress)
     context = {"trace": trace, "timeline": timeline, "compress": compress}
@@ -112,8 +145,9 @@ def trace_timeline(request: HtmxHttpRequest, trace_id: uuid.UUID) -> HttpRespons
 
 
 @require_GET
+@_not_found_is_404
 def trace_export(request: HtmxHttpRequest, trace_id: uuid.UUID) -> StreamingHttpResponse:
-    trace = selectors.trace_for(viewer=request.user, trace_id=trace_id)
+    trace = selectors.trace_get_for(viewer=request.user, trace_id=trace_id)
     response = StreamingHttpResponse(
         selectors.export_chunks(trace), content_type="application/json"
     )

@@ -10,8 +10,8 @@ the most relevant sentences of the best chunks, quoted with the same citations a
 from __future__ import annotations
 
 import re
-import threading
 from collections.abc import Awaitable, Callable, Sequence
+from contextlib import aclosing
 from dataclasses import dataclass
 
 import structlog
@@ -26,7 +26,6 @@ from agent.knowledge.answers import (
 )
 from agent.knowledge.search import SearchResult, search
 from agent.llm import ChatMessage, get_llm
-from agent.slots import slot_released
 
 logger = structlog.get_logger(__name__)
 
@@ -87,22 +86,21 @@ async def rag_answer(
     question: str,
     collection: str | None = None,
     top_k: int = DEFAULT_TOP_K,
-    cancel: threading.Event | None = None,
     on_retrieved: Callable[[list[SearchResult]], Awaitable[None]] | None = None,
     on_delta: Callable[[str], Awaitable[None]] | None = None,
 ) -> RagAnswer:
     """Answer ``question`` from ``collection`` (default ``settings.KNOWLEDGE_DEFAULT_COLLECTION``).
 
     Raises ``CollectionNotFound``, ``EmbeddingsMismatch``, ``EmbeddingsUnavailable`` and the
-    provider's ``LLMUnavailable`` / ``LLMTimeout``; cancelling (or setting ``cancel``) stops the
-    model call. ``on_retrieved`` is awaited with the chunks once they are found; with
+    provider's ``LLMUnavailable`` / ``LLMTimeout``; cancelling the awaiting task stops the model
+    call. ``on_retrieved`` is awaited with the chunks once they are found; with
     ``on_delta`` the model's answer is streamed and each piece awaited with it as it arrives
     (the answer returned is the whole one, with its ``Sources:`` list)."""
     name = collection or settings.KNOWLEDGE_DEFAULT_COLLECTION
-    async with slot_released():  # Chroma and the embeddings, in a thread (or a server)
-        chunks = await sync_to_async(search, thread_sensitive=False)(
-            query=question, top_k=top_k, collection=name
-        )
+    # Chroma and the embeddings block: in a thread of their own.
+    chunks = await sync_to_async(search, thread_sensitive=False)(
+        query=question, top_k=top_k, collection=name
+    )
     if on_retrieved is not None:
         await on_retrieved(chunks)
     chinese = bool(_CJK.search(question))
@@ -119,15 +117,16 @@ async def rag_answer(
         logger.info("rag_answered", collection=name, chunks=len(chunks), model=llm.model)
         return RagAnswer(answer=answer, sources=quoted, chunks=chunks)
     if on_delta is None:
-        content = (await llm.complete(rag_messages(question, chunks), cancel=cancel)).content
+        content = (await llm.complete(rag_messages(question, chunks))).content
     else:
         content = ""
-        async for chunk in llm.stream(rag_messages(question, chunks), cancel=cancel):
-            if chunk.response is not None:
-                content = chunk.response.content
-                break
-            content += chunk.delta
-            await on_delta(chunk.delta)
+        async with aclosing(llm.stream(rag_messages(question, chunks))) as stream:
+            async for chunk in stream:
+                if chunk.response is not None:
+                    content = chunk.response.content
+                    break
+                content += chunk.delta
+                await on_delta(chunk.delta)
     body = strip_sources_block(content)
     cited = {int(n) for n in _CITATION.findall(body)}
     listed = [s for s in sources if s.number in cited] or sources

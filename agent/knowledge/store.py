@@ -23,7 +23,7 @@ thread-safe; async callers wrap them with ``sync_to_async(..., thread_sensitive=
 The generic API reaches every collection; the rest (``open_collection``, ``collection_names``,
 ``collection_delete``, and through them searching, ingesting and the collections API) treats
 the ``internal_collections`` (the agent's long-term memory, ``agent_memory``) as absent, so
-memories can only be read the way ``agent.memory`` reads them: filtered by conversation.
+memories can only be read the way ``chat.memory`` reads them: filtered by conversation.
 
 Metadata values are ``str``, ``int``, ``float`` or ``bool`` (Chroma's rule); ``where`` filters
 use Chroma's syntax (``{"conversation_id": "…"}``, ``{"source": {"$in": [...]}}``).

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import threading
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import Any, Literal, Protocol, TypedDict
@@ -70,25 +69,18 @@ class LLMProvider(Protocol):
     writes_free_text: bool
 
     async def complete(
-        self,
-        messages: Sequence[ChatMessage],
-        *,
-        stop: Sequence[str] | None = None,
-        cancel: threading.Event | None = None,
+        self, messages: Sequence[ChatMessage], *, stop: Sequence[str] | None = None
     ) -> LLMResponse:
         """One chat completion. Raises ``LLMUnavailable`` / ``LLMTimeout``; cancelling the
-        awaiting task (or setting ``cancel``) abandons the HTTP request."""
+        awaiting task is how a call is stopped (its HTTP request is abandoned)."""
         ...
 
     def stream(
-        self,
-        messages: Sequence[ChatMessage],
-        *,
-        stop: Sequence[str] | None = None,
-        cancel: threading.Event | None = None,
-    ) -> AsyncIterator[LLMChunk]:
+        self, messages: Sequence[ChatMessage], *, stop: Sequence[str] | None = None
+    ) -> AsyncGenerator[LLMChunk, None]:
         """The same call streamed: text deltas as the model produces them, then one last chunk
-        carrying the whole ``LLMResponse`` (content, usage when the server reports it)."""
+        carrying the whole ``LLMResponse`` (content, usage when the server reports it).
+        Cancelling the consuming task, or closing the generator, closes the HTTP response."""
         ...
 
     def describe(self) -> dict[str, Any]:

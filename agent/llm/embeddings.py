@@ -6,9 +6,7 @@ knowledge package) are synchronous and run off the event loop, and a sync ``open
 client is thread-safe and tied to no event loop, so one client serves every thread of the
 process. Never call it from the event loop thread itself (use ``asyncio.to_thread``).
 
-Retries follow the chat provider's policy (``agent.llm.openai_provider``): connection errors,
-timeouts, 429 and 5xx are retried at most ``max_retries`` times with exponential backoff and
-jitter (a small ``Retry-After`` wins); every other failure is final at once. Each batch is
+Retries are the SDK's (``max_retries``; see ``agent.llm.endpoint``), per request: each batch is
 retried on its own, so a long ingest does not start over because one request failed once.
 """
 
@@ -18,9 +16,9 @@ import array
 import base64
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 import openai
 import structlog
@@ -29,8 +27,6 @@ from agent.llm.base import LLMUnavailable, Usage
 from agent.llm.endpoint import OpenAIEndpoint, ms_since
 
 logger = structlog.get_logger(__name__)
-
-T = TypeVar("T")
 
 #: The OpenAI API takes at most 2048 inputs per request; local servers often far fewer.
 MAX_BATCH_SIZE = 2048
@@ -56,14 +52,12 @@ class OpenAIEmbeddingsClient(OpenAIEndpoint):
     """Embeds texts through an OpenAI-compatible ``POST {base_url}/embeddings``.
 
     ``timeout_s`` bounds connecting and each wait for data of one request; ``max_retries`` is the
-    number of extra attempts per batch after the first; ``backoff_s`` is the first backoff delay,
-    doubled per retry up to 8 s, with jitter; ``batch_size`` is the number of texts per request
-    (1-2048); ``dimensions`` asks models that support it (``text-embedding-3-*``) for shorter
-    vectors and is not sent when None.
+    number of extra attempts the SDK makes per batch after the first; ``batch_size`` is the
+    number of texts per request (1-2048); ``dimensions`` asks models that support it
+    (``text-embedding-3-*``) for shorter vectors and is not sent when None.
     """
 
     label = "embeddings endpoint"
-    retry_event = "embeddings_call_retrying"
     failure_event = "embeddings_call_failed"
     status_hints = {
         401: "check EMBEDDINGS_API_KEY",
@@ -81,7 +75,6 @@ class OpenAIEmbeddingsClient(OpenAIEndpoint):
         max_retries: int = 2,
         batch_size: int = 64,
         dimensions: int | None = None,
-        backoff_s: float = 0.5,
     ) -> None:
         if not model:
             raise ValueError("an embeddings model name is required (EMBEDDINGS_MODEL)")
@@ -91,16 +84,14 @@ class OpenAIEmbeddingsClient(OpenAIEndpoint):
             model=model,
             timeout_s=timeout_s,
             max_retries=max_retries,
-            backoff_s=backoff_s,
         )
         self.batch_size = min(MAX_BATCH_SIZE, max(1, int(batch_size)))
         self.dimensions = int(dimensions) if dimensions else None
-        # Retries are ours (see the module docstring), so the SDK's are off.
         self._client = openai.OpenAI(
             base_url=self.base_url,
             api_key=api_key or "not-needed",
             timeout=self.timeout_s,
-            max_retries=0,
+            max_retries=self.max_retries,
         )
 
     def describe(self) -> dict[str, Any]:
@@ -136,7 +127,6 @@ class OpenAIEmbeddingsClient(OpenAIEndpoint):
                     details=self._details(None, 1),
                 ),
                 started,
-                1,
             )
         response = EmbeddingsResponse(
             vectors=vectors,
@@ -161,14 +151,11 @@ class OpenAIEmbeddingsClient(OpenAIEndpoint):
         params: dict[str, Any] = {"model": self.model, "input": batch, "encoding_format": "float"}
         if self.dimensions:
             params["dimensions"] = self.dimensions
-        attempts = 0
-
-        def create() -> Any:
-            nonlocal attempts
-            attempts += 1
-            return self._client.embeddings.create(**params)
-
-        answer = self._with_retries(create, started=started)
+        try:
+            raw = self._client.embeddings.with_raw_response.create(**params)
+            answer = raw.parse()
+        except (openai.OpenAIError, ValueError) as exc:
+            raise self._logged(self._error(exc), started) from exc
         try:
             items = sorted(answer.data, key=lambda item: item.index)
             if [item.index for item in items] != list(range(len(batch))):
@@ -184,27 +171,11 @@ class OpenAIEmbeddingsClient(OpenAIEndpoint):
                 LLMUnavailable(
                     f"The embeddings endpoint at {self._display_url} sent a malformed answer: "
                     f"{self._redact(str(exc)) or type(exc).__name__}",
-                    details=self._details(None, attempts),
+                    details=self._details(None, raw.retries_taken + 1),
                 ),
                 started,
-                attempts,
             ) from exc
         return vectors, tokens, model
-
-    def _with_retries(self, call: Callable[[], T], *, started: float) -> T:
-        """``call()`` with up to ``max_retries`` retries of the retryable failures; raises the
-        mapped ``LLMUnavailable`` / ``LLMTimeout`` (already logged)."""
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                return call()
-            except (openai.OpenAIError, ValueError) as exc:
-                delay = self._retry_delay(exc, attempt)
-                if delay is None:
-                    raise self._logged(self._error(exc, attempt), started, attempt) from exc
-                self._log_retry(exc, attempt, delay)
-                time.sleep(delay)
 
 
 def _vector(embedding: object) -> list[float]:

@@ -19,9 +19,8 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import threading
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from typing import Any
 
 import structlog
@@ -69,16 +68,10 @@ class OfflineProvider:
         return {"provider": "offline", "model": self.model}
 
     async def complete(
-        self,
-        messages: Sequence[ChatMessage],
-        *,
-        stop: Sequence[str] | None = None,
-        cancel: threading.Event | None = None,
+        self, messages: Sequence[ChatMessage], *, stop: Sequence[str] | None = None
     ) -> LLMResponse:
-        """The reply (see the module docstring), cut at the first stop sequence. Raises
-        ``asyncio.CancelledError`` when ``cancel`` is already set."""
+        """The reply (see the module docstring), cut at the first stop sequence."""
         started = time.monotonic()
-        _raise_if_cancelled(cancel)
         content = _cut_at_stop(await _reply(messages), stop)
         return LLMResponse(
             content=content,
@@ -92,18 +85,13 @@ class OfflineProvider:
         )
 
     async def stream(
-        self,
-        messages: Sequence[ChatMessage],
-        *,
-        stop: Sequence[str] | None = None,
-        cancel: threading.Event | None = None,
-    ) -> AsyncIterator[LLMChunk]:
-        """``complete()``'s content in word-sized deltas, then the response. Raises
-        ``asyncio.CancelledError`` when ``cancel`` is set between pieces."""
-        response = await self.complete(messages, stop=stop, cancel=cancel)
+        self, messages: Sequence[ChatMessage], *, stop: Sequence[str] | None = None
+    ) -> AsyncGenerator[LLMChunk, None]:
+        """``complete()``'s content in word-sized deltas, then the response. Each piece gives
+        the event loop a turn, so a cancelled consumer stops between pieces."""
+        response = await self.complete(messages, stop=stop)
         for piece in _PIECES.findall(response.content):
             await asyncio.sleep(0)
-            _raise_if_cancelled(cancel)
             yield LLMChunk(delta=piece)
         yield LLMChunk(response=response)
 
@@ -325,8 +313,3 @@ def _cut_at_stop(content: str, stop: Sequence[str] | None) -> str:
         stop = [stop]
     hits = [i for s in (stop or ()) if s and (i := content.find(s)) >= 0]
     return content[: min(hits)] if hits else content
-
-
-def _raise_if_cancelled(cancel: threading.Event | None) -> None:
-    if cancel is not None and cancel.is_set():
-        raise asyncio.CancelledError("the LLM call was cancelled")

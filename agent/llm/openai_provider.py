@@ -1,11 +1,10 @@
 """The provider for any OpenAI-compatible chat completions endpoint (OpenAI, vLLM, Ollama,
 llama.cpp server, LM Studio...), on the official async ``openai`` SDK.
 
-Retries are ours, not the SDK's (``max_retries=0`` there), so that what is retried, how often
-and how long we wait is explicit: connection errors, timeouts, 429 and 5xx are retried at most
-``max_retries`` times with exponential backoff and jitter (a small ``Retry-After`` wins); every
-other failure is final at once. Stop sequences are enforced on our side as well, since some
-servers ignore ``stop``.
+Retries are the SDK's (``max_retries``; see ``agent.llm.endpoint``), its failures mapped to
+``LLMUnavailable`` / ``LLMTimeout``. A call is stopped by cancelling the task that awaits it:
+the SDK abandons its HTTP request, and a stream closes its HTTP response. Stop sequences are
+enforced on our side as well, since some servers ignore ``stop``.
 """
 
 from __future__ import annotations
@@ -14,42 +13,32 @@ import asyncio
 import threading
 import time
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, cast
+from typing import Any
 
 import openai
 import structlog
 
-from agent.llm.base import ChatMessage, LLMChunk, LLMResponse, LLMTimeout, LLMUnavailable, Usage
+from agent.llm.base import ChatMessage, LLMChunk, LLMResponse, LLMUnavailable, Usage
 from agent.llm.endpoint import OpenAIEndpoint, ms_since
-from agent.slots import slot_released
 
 logger = structlog.get_logger(__name__)
 
-T = TypeVar("T")
-
 #: The OpenAI API rejects more stop sequences than this; the rest are enforced client-side only.
 MAX_SERVER_STOPS = 4
-#: How often a ``cancel`` event is looked at while a request is in flight.
-CANCEL_POLL_S = 0.05
-
-_END = object()
-#: Put in a stream's queue when its ``cancel`` event is set.
-_CANCELLED = object()
 
 
 class OpenAIProvider(OpenAIEndpoint):
     """``LLMProvider`` for an OpenAI-compatible endpoint.
 
     ``timeout_s`` bounds connecting and each wait for data (so a stream may last longer as long
-    as it keeps producing); ``max_retries`` is the number of extra attempts after the first;
-    ``backoff_s`` is the first backoff delay, doubled per retry up to 8 s, with jitter.
+    as it keeps producing); ``max_retries`` is the number of extra attempts the SDK makes after
+    the first.
     """
 
     writes_free_text = True
     label = "model endpoint"
-    retry_event = "llm_call_retrying"
     failure_event = "llm_call_failed"
     status_hints = {
         401: "check LLM_API_KEY",
@@ -67,7 +56,6 @@ class OpenAIProvider(OpenAIEndpoint):
         max_retries: int = 2,
         temperature: float = 0.0,
         max_tokens: int = 1024,
-        backoff_s: float = 0.5,
     ) -> None:
         self._endpoint_setup(
             base_url=base_url,
@@ -75,7 +63,6 @@ class OpenAIProvider(OpenAIEndpoint):
             model=model,
             timeout_s=timeout_s,
             max_retries=max_retries,
-            backoff_s=backoff_s,
         )
         self.temperature = float(temperature)
         self.max_tokens = int(max_tokens)
@@ -91,103 +78,116 @@ class OpenAIProvider(OpenAIEndpoint):
         return {"provider": "openai", "model": self.model, "base_url": self._display_url}
 
     async def complete(
-        self,
-        messages: Sequence[ChatMessage],
-        *,
-        stop: Sequence[str] | None = None,
-        cancel: threading.Event | None = None,
+        self, messages: Sequence[ChatMessage], *, stop: Sequence[str] | None = None
     ) -> LLMResponse:
         """One non-streamed chat completion, its content cut at the first stop sequence.
 
-        Raises ``LLMUnavailable`` / ``LLMTimeout`` (after the retries), and
-        ``asyncio.CancelledError`` when ``cancel`` is set (checked every 50 ms) or the awaiting
-        task is cancelled; either way the HTTP request is abandoned.
+        Raises ``LLMUnavailable`` / ``LLMTimeout`` (once the SDK's retries are used up).
+        Cancelling the awaiting task abandons the HTTP request (``asyncio.CancelledError``
+        propagates).
         """
-        _raise_if_cancelled(cancel)
-        async with slot_released():
-            return await _until_cancelled(self._complete(messages, _stops(stop)), cancel)
-
-    async def stream(
-        self,
-        messages: Sequence[ChatMessage],
-        *,
-        stop: Sequence[str] | None = None,
-        cancel: threading.Event | None = None,
-    ) -> AsyncIterator[LLMChunk]:
-        """Content deltas in order, then one chunk with the whole ``LLMResponse``.
-
-        Text that might be the start of a stop sequence is held back until it is not; at a stop
-        sequence the stream ends (and the HTTP stream is closed). Only the opening of the stream
-        is retried; a failure after that raises ``LLMUnavailable`` / ``LLMTimeout``. ``cancel``
-        and task cancellation raise ``asyncio.CancelledError`` as in ``complete()``. Close the
-        generator (``contextlib.aclosing``) when leaving it early.
-        """
-        _raise_if_cancelled(cancel)
         started = time.monotonic()
         stops = _stops(stop)
-        state = _StreamState()
-        queue: asyncio.Queue[object] = asyncio.Queue()
-        pump = asyncio.create_task(self._pump(messages, stops, queue, state), name="llm-stream")
-        # One watcher per stream rather than a cancellable wait per chunk: chunks come often.
-        watcher = (
-            asyncio.create_task(_signal_cancel(cancel, queue), name="llm-cancel-watch")
-            if cancel
-            else None
-        )
-        cutter = _StopCutter(stops)
-        stopped = False
         try:
-            while not stopped:
-                if queue.empty():
-                    async with slot_released():
-                        item = await queue.get()
-                else:
-                    item = queue.get_nowait()
-                if item is _END:
-                    break
-                if item is _CANCELLED:
-                    raise asyncio.CancelledError
-                if isinstance(item, BaseException):
-                    raise item
-                text, stopped = cutter.feed(cast(str, item))
-                if text:
-                    yield LLMChunk(delta=text)
-            if not stopped:
-                if state.finish_reason is None:
-                    raise self._logged(
-                        LLMUnavailable(
-                            f"The model endpoint at {self._display_url} ended the stream before "
-                            "the answer was finished.",
-                            details=self._details(None, state.attempts),
-                        ),
-                        started,
-                        state.attempts,
-                    )
-                rest = cutter.flush()
-                if rest:
-                    yield LLMChunk(delta=rest)
-            # Close the HTTP stream (and stop watching) now: consumers often stop iterating at
-            # the response without closing the generator, and the server may still be
-            # generating.
-            await _cancel(pump)
-            if watcher is not None:
-                await _cancel(watcher)
-            response = LLMResponse(
-                content=cutter.text,
-                model=state.model or self.model,
-                usage=state.usage,
-                finish_reason="stop" if stopped else state.finish_reason,
-                latency_ms=ms_since(started),
+            raw = await self._client().chat.completions.with_raw_response.create(
+                **self._params(messages, stops), stream=False
             )
-            self._log_finished(response, state.attempts, stream=True)
-            yield LLMChunk(response=response)
+            completion = raw.parse()
         except asyncio.CancelledError:
             logger.info("llm_call_cancelled", model=self.model, latency_ms=ms_since(started))
             raise
-        finally:
-            if watcher is not None:
-                await _cancel(watcher)
-            await _cancel(pump)
+        except (openai.OpenAIError, ValueError) as exc:
+            raise self._logged(self._error(exc), started) from exc
+        attempts = raw.retries_taken + 1
+        try:
+            choice = completion.choices[0]
+            content = choice.message.content or ""
+            finish_reason = choice.finish_reason
+            usage = _usage(completion.usage)
+            model = completion.model or self.model
+        except (AttributeError, IndexError, TypeError) as exc:
+            raise self._logged(
+                LLMUnavailable(
+                    f"The model endpoint at {self._display_url} sent a malformed answer "
+                    "(no choices with a message).",
+                    details=self._details(None, attempts),
+                ),
+                started,
+            ) from exc
+        content, cut = _cut_at_stop(content, stops)
+        response = LLMResponse(
+            content=content,
+            model=str(model),
+            usage=usage,
+            finish_reason="stop" if cut else finish_reason,
+            latency_ms=ms_since(started),
+        )
+        self._log_finished(response, attempts, stream=False)
+        return response
+
+    async def stream(
+        self, messages: Sequence[ChatMessage], *, stop: Sequence[str] | None = None
+    ) -> AsyncGenerator[LLMChunk, None]:
+        """Content deltas in order, then one chunk with the whole ``LLMResponse``.
+
+        Text that might be the start of a stop sequence is held back until it is not; at a stop
+        sequence the stream ends. The HTTP response is closed before the last chunk is yielded
+        (consumers often stop iterating there without closing the generator), and when the
+        awaiting task is cancelled while waiting for the next piece. Only the opening of the
+        stream is retried; a failure after that raises ``LLMUnavailable`` / ``LLMTimeout``.
+        Close the generator (``contextlib.aclosing``) when leaving it early.
+        """
+        started = time.monotonic()
+        stops = _stops(stop)
+        state = _StreamState()
+        cutter = _StopCutter(stops)
+        stopped = False
+        try:
+            async with await self._open_stream(messages, stops, state) as sdk_stream:
+                async for chunk in sdk_stream:
+                    delta = _absorb(chunk, state)
+                    if not delta:
+                        continue
+                    text, stopped = cutter.feed(delta)
+                    if text:
+                        yield LLMChunk(delta=text)
+                    if stopped:
+                        break
+        except asyncio.CancelledError:
+            logger.info("llm_call_cancelled", model=self.model, latency_ms=ms_since(started))
+            raise
+        except openai.OpenAIError as exc:
+            raise self._logged(self._error(exc), started) from exc
+        except (AttributeError, IndexError, TypeError, ValueError) as exc:
+            raise self._logged(
+                LLMUnavailable(
+                    f"The model endpoint at {self._display_url} sent a malformed stream chunk.",
+                    details=self._details(None, state.attempts),
+                ),
+                started,
+            ) from exc
+        if not stopped:
+            if state.finish_reason is None:
+                raise self._logged(
+                    LLMUnavailable(
+                        f"The model endpoint at {self._display_url} ended the stream before "
+                        "the answer was finished.",
+                        details=self._details(None, state.attempts),
+                    ),
+                    started,
+                )
+            rest = cutter.flush()
+            if rest:
+                yield LLMChunk(delta=rest)
+        response = LLMResponse(
+            content=cutter.text,
+            model=state.model or self.model,
+            usage=state.usage,
+            finish_reason="stop" if stopped else state.finish_reason,
+            latency_ms=ms_since(started),
+        )
+        self._log_finished(response, state.attempts, stream=True)
+        yield LLMChunk(response=response)
 
     # -- requests ---------------------------------------------------------------------------
 
@@ -200,7 +200,7 @@ class OpenAIProvider(OpenAIEndpoint):
                     base_url=self.base_url,
                     api_key=self._api_key,
                     timeout=self.timeout_s,
-                    max_retries=0,
+                    max_retries=self.max_retries,
                 )
                 self._clients[loop] = client
             return client
@@ -216,131 +216,37 @@ class OpenAIProvider(OpenAIEndpoint):
             params["stop"] = stops[:MAX_SERVER_STOPS]
         return params
 
-    async def _complete(self, messages: Sequence[ChatMessage], stops: list[str]) -> LLMResponse:
-        started = time.monotonic()
-        client = self._client()
-        params = self._params(messages, stops)
-        attempts = 0
-
-        async def create() -> Any:
-            nonlocal attempts
-            attempts += 1
-            return await client.chat.completions.create(**params, stream=False)
-
-        try:
-            completion = await self._with_retries(create, started=started)
-        except asyncio.CancelledError:
-            logger.info("llm_call_cancelled", model=self.model, latency_ms=ms_since(started))
-            raise
-        try:
-            choice = completion.choices[0]
-            content = choice.message.content or ""
-            finish_reason = choice.finish_reason
-            usage = _usage(completion.usage)
-            model = completion.model or self.model
-        except (AttributeError, IndexError, TypeError) as exc:
-            raise self._logged(
-                LLMUnavailable(
-                    f"The model endpoint at {self._display_url} sent a malformed answer "
-                    "(no choices with a message).",
-                    details=self._details(None, attempts),
-                ),
-                started,
-                attempts,
-            ) from exc
-        content, cut = _cut_at_stop(content, stops)
-        response = LLMResponse(
-            content=content,
-            model=str(model),
-            usage=usage,
-            finish_reason="stop" if cut else finish_reason,
-            latency_ms=ms_since(started),
-        )
-        self._log_finished(response, attempts, stream=False)
-        return response
-
-    async def _pump(
-        self,
-        messages: Sequence[ChatMessage],
-        stops: list[str],
-        queue: asyncio.Queue[object],
-        state: _StreamState,
-    ) -> None:
-        """Run the whole SDK stream in this one task, handing content deltas to ``queue``, then
-        ``_END``, or the exception that ended it."""
-        started = time.monotonic()
-        try:
-            sdk_stream = await self._open_stream(messages, stops, state, started)
-            try:
-                async for chunk in sdk_stream:
-                    text = _absorb(chunk, state)
-                    if text:
-                        queue.put_nowait(text)
-            finally:
-                await sdk_stream.close()
-        except openai.OpenAIError as exc:
-            queue.put_nowait(
-                self._logged(self._error(exc, state.attempts), started, state.attempts)
-            )
-        except (AttributeError, IndexError, TypeError, ValueError) as exc:
-            error = LLMUnavailable(
-                f"The model endpoint at {self._display_url} sent a malformed stream chunk.",
-                details=self._details(None, state.attempts),
-            )
-            error.__cause__ = exc
-            queue.put_nowait(self._logged(error, started, state.attempts))
-        except (LLMUnavailable, LLMTimeout) as exc:
-            queue.put_nowait(exc)
-        else:
-            queue.put_nowait(_END)
-
     async def _open_stream(
-        self,
-        messages: Sequence[ChatMessage],
-        stops: list[str],
-        state: _StreamState,
-        started: float,
-    ) -> Any:
-        client = self._client()
+        self, messages: Sequence[ChatMessage], stops: list[str], state: _StreamState
+    ) -> openai.AsyncStream[Any]:
+        """The SDK's stream, opened with its retries; ``state.attempts`` says how many
+        requests it took."""
         params = {**self._params(messages, stops), "stream": True}
-        with_usage = self._stream_usage_supported
-
-        async def create() -> Any:
-            nonlocal with_usage
-            state.attempts += 1
-            if with_usage:
-                try:
-                    return await client.chat.completions.create(
-                        **params, stream_options={"include_usage": True}
-                    )
-                except openai.BadRequestError:
-                    # Servers that do not know stream_options answer 400: ask again without it
-                    # (a 400 for another reason comes back the same way and is reported then).
-                    with_usage = False
-            return await client.chat.completions.create(**params)
-
-        sdk_stream = await self._with_retries(create, started=started)
-        if not with_usage and self._stream_usage_supported:
+        asked_usage = self._stream_usage_supported
+        if asked_usage:
+            try:
+                return await self._create_stream(
+                    params | {"stream_options": {"include_usage": True}}, state
+                )
+            except openai.BadRequestError:
+                # Servers that do not know stream_options answer 400: ask again without it
+                # (a 400 for another reason comes back the same way and is reported then).
+                pass
+        sdk_stream = await self._create_stream(params, state)
+        if asked_usage:
             self._stream_usage_supported = False
             logger.info(
                 "llm_stream_options_unsupported", model=self.model, base_url=self._display_url
             )
         return sdk_stream
 
-    async def _with_retries(self, call: Callable[[], Awaitable[T]], *, started: float) -> T:
-        """``call()`` with up to ``max_retries`` retries of the retryable failures; raises the
-        mapped ``LLMUnavailable`` / ``LLMTimeout`` (already logged)."""
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                return await call()
-            except (openai.OpenAIError, ValueError) as exc:
-                delay = self._retry_delay(exc, attempt)
-                if delay is None:
-                    raise self._logged(self._error(exc, attempt), started, attempt) from exc
-                self._log_retry(exc, attempt, delay)
-                await asyncio.sleep(delay)
+    async def _create_stream(
+        self, params: dict[str, Any], state: _StreamState
+    ) -> openai.AsyncStream[Any]:
+        raw = await self._client().chat.completions.with_raw_response.create(**params)
+        state.attempts = raw.retries_taken + 1
+        sdk_stream: openai.AsyncStream[Any] = raw.parse()
+        return sdk_stream
 
     def _log_finished(self, response: LLMResponse, attempts: int, *, stream: bool) -> None:
         logger.info(
@@ -357,9 +263,9 @@ class OpenAIProvider(OpenAIEndpoint):
 
 @dataclass
 class _StreamState:
-    """What the stream pump learnt besides the text; read by the generator at the end."""
+    """What the stream learnt besides the text."""
 
-    attempts: int = 0
+    attempts: int = 1
     model: str | None = None
     finish_reason: str | None = None
     usage: Usage = field(default_factory=Usage)
@@ -437,41 +343,3 @@ def _usage(usage: Any) -> Usage:
         prompt_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
         completion_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
     )
-
-
-def _raise_if_cancelled(cancel: threading.Event | None) -> None:
-    if cancel is not None and cancel.is_set():
-        raise asyncio.CancelledError("the LLM call was cancelled")
-
-
-async def _until_cancelled(awaitable: Awaitable[T], cancel: threading.Event | None) -> T:
-    """Await ``awaitable``; when ``cancel`` gets set first, cancel it and raise
-    ``asyncio.CancelledError``. Cancelling the caller cancels it too."""
-    if cancel is None:
-        return await awaitable
-    task = asyncio.ensure_future(awaitable)
-    try:
-        while True:
-            done, _ = await asyncio.wait({task}, timeout=CANCEL_POLL_S)
-            if done:
-                return task.result()
-            _raise_if_cancelled(cancel)
-    finally:
-        await _cancel(task)
-
-
-async def _signal_cancel(cancel: threading.Event, queue: asyncio.Queue[object]) -> None:
-    """Put ``_CANCELLED`` in ``queue`` once ``cancel`` is set (checked every
-    ``CANCEL_POLL_S``)."""
-    # ``cancel`` is a thread's event (tools in threads wait on it too): polled, not awaited.
-    while not cancel.is_set():  # noqa: ASYNC110
-        await asyncio.sleep(CANCEL_POLL_S)
-    queue.put_nowait(_CANCELLED)
-
-
-async def _cancel(task: asyncio.Future[Any]) -> None:
-    """Cancel ``task`` if it is still running and wait until it has unwound (which closes its
-    HTTP connection)."""
-    if not task.done():
-        task.cancel()
-        await asyncio.wait({task})

@@ -1,10 +1,10 @@
 """The ``execute_code`` tool: run model-written Python through the safety scan and the sandbox.
 
 The observation is data for the model, never an exception for what the code did: blocked code,
-a non-zero exit, a timeout or a cancellation all come back as a dict. Only an unreachable
-sandbox or a user who already holds all their sandbox slots (``ToolFailed``, which the loop
-hands to the model as the step's error) or oversized code (``SandboxCodeTooLarge``, wrapped by
-the registry into ``ToolFailed``) raise.
+a non-zero exit or a timeout all come back as a dict. Only an unreachable sandbox or a user who
+already holds all their sandbox slots (``ToolFailed``, which the loop hands to the model as the
+step's error) or oversized code (``SandboxCodeTooLarge``, wrapped by the registry into
+``ToolFailed``) raise.
 """
 
 from __future__ import annotations
@@ -54,17 +54,16 @@ PARAMETERS: dict[str, Any] = {
 async def execute_code(args: dict[str, Any], context: ToolContext) -> dict[str, Any]:
     """Scan, then run ``args["code"]``; returns the observation (see ``docs/tools.md``).
 
-    Blocked code returns ``{"blocked": True, "safety", "findings"}`` without running. Setting
-    ``context.cancel`` stops the container; the result then says ``cancelled``. Raises
+    Blocked code returns ``{"blocked": True, "safety", "findings"}`` without running.
+    Cancelling the awaiting task stops the container (``run_scanned`` sets the sandbox
+    thread's cancel event) and raises ``asyncio.CancelledError``. Raises
     ``SandboxCodeTooLarge`` and ``ToolFailed`` (sandbox unavailable, or ``context.user``
     already has ``SANDBOX_USER_SLOTS`` executions running: code ``sandbox_busy``)."""
     code: str = args["code"]
     timeout_s = float(args.get("timeout_s", DEFAULT_TIMEOUT_S))
     code_size_check(code)
     try:
-        report, result = await run_scanned(
-            user=context.user, code=code, timeout_s=timeout_s, cancel=context.cancel
-        )
+        report, result = await run_scanned(user=context.user, code=code, timeout_s=timeout_s)
     except SandboxBusy as exc:
         raise ToolFailed(
             f"code execution is busy: {exc.message} Answer without running code, or call "

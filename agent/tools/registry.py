@@ -18,11 +18,10 @@ import importlib
 import inspect
 import re
 import reprlib
-import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 from http import HTTPStatus
 from typing import Any, cast
@@ -33,7 +32,6 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError, ValidationError, best_match
 from jsonschema.protocols import Validator
 
-from agent.slots import slot_released
 from devassist.errors import ApiError, BadRequest, Conflict, NotFound
 
 logger = structlog.get_logger(__name__)
@@ -106,12 +104,13 @@ class ToolResultInvalid(ApiError):
 
 @dataclass(frozen=True)
 class ToolContext:
-    """What a handler knows about the call besides its arguments. ``cancel`` is set when the
-    run is cancelled; long-running handlers should watch it."""
+    """What a handler knows about the call besides its arguments. A run is stopped by
+    cancelling the task that awaits the call: an async handler sees ``asyncio.CancelledError``
+    and should stop its own work there (``execute_code`` stops its container); a sync
+    handler's thread runs to its end, its result discarded."""
 
     user: Any
     run_id: uuid.UUID | None = None
-    cancel: threading.Event = field(default_factory=threading.Event)
 
 
 @dataclass(frozen=True)
@@ -392,11 +391,9 @@ def _compile(name: str, schema: Any, *, role: str, object_only: bool = False) ->
 
 
 async def _invoke(tool: Tool, args: dict[str, Any], context: ToolContext) -> Any:
-    # A tool's work happens outside the run (a container, a thread): its slot is free meanwhile.
-    async with slot_released():
-        if tool.is_async:
-            return await tool.handler(args, context)
-        return await sync_to_async(tool.handler, thread_sensitive=False)(args, context)
+    if tool.is_async:
+        return await tool.handler(args, context)
+    return await sync_to_async(tool.handler, thread_sensitive=False)(args, context)
 
 
 def _check_result(entry: _Entry, result: Any) -> None:

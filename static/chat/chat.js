@@ -1,7 +1,8 @@
-// The chat page: send a message and follow its run's SSE stream (steps, deltas, done), stop
-// it on the server, re-attach after a reload, and run code blocks in the sandbox. Every piece
-// of untrusted text goes into the page through textContent; answers are rendered as HTML only
-// by the server (Markdown sanitised with nh3).
+// The chat page's progressive enhancement. Sending, the turns and a run's live output are
+// HTMX: the composer posts to the server, which renders the user's turn and a live assistant
+// turn that follows the run's HTML stream with htmx's SSE extension (step cards, answer text
+// and the final answer are all rendered by the server). What is left here: the composer's keys
+// and busy state, Stop, Regenerate, Copy and Run on code blocks, and the shortcuts.
 (function () {
   "use strict";
 
@@ -10,17 +11,12 @@
   const messages = document.getElementById("messages");
   const form = document.getElementById("composer");
   const input = document.getElementById("composer-input");
-  const routeSelect = document.getElementById("route-select");
   const sendButton = document.getElementById("send-button");
   const stopButton = document.getElementById("stop-button");
   const regenerateButton = document.getElementById("regenerate-button");
   const helpButton = document.getElementById("help-button");
   const help = document.getElementById("shortcuts");
   const search = document.getElementById("conversation-search");
-  const ROUTE_LABELS = { agent: "Agent", rag: "RAG", chat: "Chat" };
-
-  let conversationId = app.dataset.conversationId || null;
-  let current = null; // {runId, lastSeq, turn, text, done, source}
 
   function csrfToken() {
     try {
@@ -34,270 +30,97 @@
     return { "Content-Type": "application/json", "X-CSRFToken": csrfToken() };
   }
 
-  function scrollDown() {
-    messages.scrollTop = messages.scrollHeight;
+  function liveTurn() {
+    return messages.querySelector(".turn.assistant.live");
   }
 
-  function setBusy(busy) {
+  // Busy while a turn is live: Stop shows, sending waits.
+  function syncBusy() {
+    const busy = Boolean(liveTurn());
     stopButton.hidden = !busy;
     sendButton.disabled = busy;
     regenerateButton.disabled = busy;
+    regenerateButton.hidden = !messages.querySelector(".turn.user");
   }
 
-  function fromTemplate(id) {
-    return document.getElementById(id).content.firstElementChild.cloneNode(true);
-  }
+  // --- sending ------------------------------------------------------------------------------
 
-  function addUserTurn(text) {
-    const welcome = document.getElementById("welcome");
-    if (welcome) welcome.remove();
-    const turn = fromTemplate("user-template");
-    turn.querySelector(".bubble").textContent = text;
-    messages.appendChild(turn);
-  }
-
-  function addAssistantTurn() {
-    const turn = document.createElement("article");
-    turn.className = "turn assistant live";
-    const meta = document.createElement("header");
-    meta.className = "answer-meta";
-    const badge = document.createElement("span");
-    badge.className = "badge";
-    const model = document.createElement("span");
-    model.className = "muted model";
-    meta.append(badge, " ", model);
-    const steps = document.createElement("div");
-    steps.className = "steps";
-    const working = document.createElement("div");
-    working.className = "working";
-    working.textContent = "Working…";
-    const body = document.createElement("div");
-    body.className = "answer-body";
-    const stream = document.createElement("div");
-    stream.className = "streaming";
-    body.appendChild(stream);
-    turn.append(meta, steps, working, body);
-    messages.appendChild(turn);
-    scrollDown();
-    return turn;
-  }
-
-  function parseObservation(raw) {
-    const text = (raw || "").replace(/^Observation: /, "");
-    try {
-      const value = JSON.parse(text);
-      if (value && typeof value === "object" && ("stdout" in value || "exit_code" in value)) {
-        return value;
-      }
-    } catch (e) {
-      /* not JSON: shown as it is */
-    }
-    return null;
-  }
-
-  function fill(card, selector, text, show) {
-    const el = card.querySelector(selector);
-    el.textContent = text == null ? "" : String(text);
-    const field = el.closest(".field");
-    if (field && show !== undefined) field.hidden = !show;
-  }
-
-  function stepCard(step) {
-    const card = fromTemplate("step-template");
-    card.classList.toggle("error", Boolean(step.error));
-    card.querySelector(".step-status").textContent = step.error ? "✗" : "✓";
-    card.querySelector(".step-tool").textContent = step.tool_name || "format";
-    card.querySelector(".step-latency").textContent = step.latency_ms + " ms";
-    card.querySelector(".step-error-line").textContent = (step.error || "").slice(0, 120);
-    fill(card, ".step-thought", step.thought, Boolean(step.thought));
-    const args = step.tool_args == null ? "" : JSON.stringify(step.tool_args, null, 2);
-    fill(card, ".step-args", args, Boolean(args));
-    const program = parseObservation(step.observation);
-    card.querySelector(".step-program").hidden = !program;
-    if (program) {
-      card.querySelector(".step-exit").textContent =
-        program.exit_code == null ? "–" : String(program.exit_code);
-      card.querySelector(".step-truncated").hidden = !program.truncated;
-      card.querySelector(".step-stdout").textContent = program.stdout || "";
-      card.querySelector(".step-stdout-field").hidden = !program.stdout;
-      card.querySelector(".step-stderr").textContent = program.stderr || "";
-      card.querySelector(".step-stderr-field").hidden = !program.stderr;
-    }
-    fill(card, ".step-observation", step.observation, !program && Boolean(step.observation));
-    fill(card, ".step-error", step.error, Boolean(step.error));
-    return card;
-  }
-
-  function handleEvent(seq, event) {
-    const run = current;
-    if (!run || seq <= run.lastSeq) return; // replayed already
-    run.lastSeq = seq;
-    sessionStorage.setItem("devassist-run", JSON.stringify({ runId: run.runId, seq: seq }));
-    const turn = run.turn;
-    if (event.type === "meta") {
-      run.runId = event.run_id;
-      turn.dataset.runId = event.run_id;
-      const mode = event.agent ? "agent" : event.rag ? "rag" : "chat";
-      const badge = turn.querySelector(".badge");
-      badge.textContent = ROUTE_LABELS[mode];
-      badge.classList.add("route-" + mode);
-      turn.querySelector(".model").textContent = event.model || "";
-      if (run.stopRequested) stop(); // Stop pressed before the run had an id
-      if (event.conversation_id && event.conversation_id !== conversationId) {
-        conversationId = event.conversation_id;
-        app.dataset.conversationId = conversationId;
-        history.replaceState(null, "", "/c/" + conversationId + "/");
-        const current = JSON.stringify({ current: conversationId });
-        search.setAttribute("hx-vals", current);
-        document.getElementById("conversation-list").setAttribute("hx-vals", current);
-        document.body.dispatchEvent(new Event("conversations-changed"));
-      }
-    } else if (event.type === "step") {
-      turn.querySelector(".steps").appendChild(stepCard(event));
-    } else if (event.type === "delta") {
-      turn.querySelector(".working").hidden = true;
-      run.text += event.content;
-      turn.querySelector(".streaming").textContent = run.text;
-    } else if (event.type === "error") {
-      const p = document.createElement("p");
-      p.className = "run-error";
-      p.textContent = event.code === "cancelled" ? "Stopped." : "Failed: " + event.message;
-      turn.querySelector(".answer-body").appendChild(p);
-    } else if (event.type === "done") {
-      finish(run, event.status);
-    }
-    scrollDown();
-  }
-
-  async function finish(run, status) {
-    run.done = true;
-    if (run.source) run.source.close();
-    sessionStorage.removeItem("devassist-run");
-    run.turn.classList.remove("live");
-    run.turn.querySelector(".working").hidden = true;
-    if (status === "completed") {
-      const response = await fetch("/ui/chat/runs/" + run.runId + "/answer");
-      if (response.ok) {
-        // The server's rendering of the stored answer: Markdown sanitised with nh3.
-        run.turn.querySelector(".answer-body").innerHTML = await response.text();
-      }
-    } else if (status === "failed") {
-      run.turn.classList.add("failed");
-    }
-    if (current === run) current = null;
-    setBusy(false);
-    regenerateButton.hidden = false;
-    document.body.dispatchEvent(new Event("conversations-changed"));
-  }
-
-  function parseFrames(buffer, onEvent) {
-    const frames = buffer.split("\n\n");
-    const rest = frames.pop();
-    for (const frame of frames) {
-      let id = null;
-      let data = "";
-      for (const line of frame.split("\n")) {
-        if (line.startsWith("id: ")) id = parseInt(line.slice(4), 10);
-        else if (line.startsWith("data: ")) data += line.slice(6);
-      }
-      if (id !== null && data) onEvent(id, JSON.parse(data));
-    }
-    return rest;
-  }
-
-  async function send(text) {
-    const message = text.trim();
-    if (!message || current) return;
-    addUserTurn(message);
-    const body = { message: message };
-    if (conversationId) body.conversation_id = conversationId;
-    const route = routeSelect.value;
-    if (route === "agent") body.use_agent = true;
-    else if (route === "rag") body.use_rag = true;
-    else if (route === "chat") {
-      body.use_agent = false;
-      body.use_rag = false;
-    }
-    const run = { runId: null, lastSeq: 0, turn: addAssistantTurn(), text: "", done: false };
-    current = run;
-    setBusy(true);
-    let response;
-    try {
-      response = await fetch("/chat?stream=true", {
-        method: "POST",
-        headers: jsonHeaders(),
-        body: JSON.stringify(body),
-      });
-    } catch (e) {
-      return failBeforeRun(run, "The server cannot be reached.");
-    }
-    if (!response.ok) {
-      let detail = response.statusText;
-      try {
-        detail = (await response.json()).error.message;
-      } catch (e) {
-        /* keep the status text */
-      }
-      return failBeforeRun(run, detail);
-    }
-    const reader = response.body.getReader();
-    const decoder = new TextDecoder();
-    let buffer = "";
-    try {
-      for (;;) {
-        const { value, done } = await reader.read();
-        if (done) break;
-        buffer = parseFrames(buffer + decoder.decode(value, { stream: true }), handleEvent);
-      }
-    } catch (e) {
-      /* the connection dropped: re-attach below */
-    }
-    if (!run.done && run.runId) reattach(run);
-  }
-
-  function failBeforeRun(run, detail) {
-    run.turn.querySelector(".working").hidden = true;
-    const p = document.createElement("p");
-    p.className = "run-error";
-    p.textContent = "Failed: " + detail;
-    run.turn.querySelector(".answer-body").appendChild(p);
-    run.turn.classList.add("failed");
-    current = null;
-    setBusy(false);
-  }
-
-  function reattach(run) {
-    // EventSource sends Last-Event-ID itself when it reconnects.
-    const source = new EventSource(
-      "/api/runs/" + run.runId + "/events?after_seq=" + run.lastSeq,
-    );
-    run.source = source;
-    source.onmessage = function (message) {
-      handleEvent(parseInt(message.lastEventId, 10), JSON.parse(message.data));
-    };
-  }
-
-  async function stop() {
-    const run = current;
-    if (!run) return;
-    if (!run.runId) {
-      run.stopRequested = true;
+  form.addEventListener("htmx:beforeRequest", function (event) {
+    if (event.detail.elt !== form) return;
+    if (!input.value.trim() || liveTurn()) {
+      event.preventDefault();
       return;
     }
+    input.value = ""; // the request has its values already
+  });
+
+  // A refused message (empty, too long, an unknown conversation) is rendered as a failed turn.
+  // htmx announces the swap on its target, the messages.
+  messages.addEventListener("htmx:beforeSwap", function (event) {
+    const status = event.detail.xhr.status;
+    if (event.detail.requestConfig.elt === form && status >= 400 && status < 500) {
+      event.detail.shouldSwap = true;
+      event.detail.isError = false;
+    }
+  });
+
+  input.addEventListener("keydown", function (event) {
+    if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
+      event.preventDefault();
+      form.requestSubmit();
+    }
+  });
+
+  regenerateButton.addEventListener("click", function () {
+    const bubbles = messages.querySelectorAll(".turn.user .bubble");
+    if (!bubbles.length) return;
+    input.value = bubbles[bubbles.length - 1].textContent;
+    form.requestSubmit();
+  });
+
+  // --- the live turn ------------------------------------------------------------------------
+
+  htmx.onLoad(function (element) {
+    const turn = element.matches(".turn.live") ? element : element.querySelector(".turn.live");
+    if (!turn) return;
+    // The new conversation's id, for the debug panel's entry.
+    app.dataset.conversationId = turn.dataset.conversationId;
+    syncBusy();
+  });
+
+  // The browser's own reconnects send Last-Event-ID; when htmx has to open a new connection
+  // instead (after an error answer), it asks for what came after the last event it has.
+  messages.addEventListener("htmx:sseMessage", function (event) {
+    const turn = event.target.closest(".turn.live");
+    if (!turn || !event.detail.lastEventId) return;
+    const url = turn.getAttribute("sse-connect").split("?")[0];
+    turn.setAttribute("sse-connect", url + "?after_seq=" + event.detail.lastEventId);
+  });
+
+  messages.addEventListener("htmx:sseClose", function (event) {
+    if (event.detail.type !== "message") return; // the run's "done", not a node going away
+    event.target.classList.remove("live");
+    syncBusy();
+    document.body.dispatchEvent(new Event("conversations-changed"));
+  });
+
+  async function stop() {
+    const turn = liveTurn();
+    if (!turn) return;
     stopButton.disabled = true;
     try {
-      await fetch("/api/runs/" + run.runId + "/cancel", { method: "POST", headers: jsonHeaders() });
+      await fetch("/api/runs/" + turn.dataset.runId + "/cancel", {
+        method: "POST",
+        headers: jsonHeaders(),
+      });
     } finally {
       stopButton.disabled = false;
     }
   }
 
-  function lastUserMessage() {
-    const bubbles = messages.querySelectorAll(".turn.user .bubble");
-    return bubbles.length ? bubbles[bubbles.length - 1].textContent : "";
-  }
+  stopButton.addEventListener("click", stop);
 
-  // --- code blocks: Copy and Run ----------------------------------------------------------
+  // --- code blocks: Copy and Run ------------------------------------------------------------
 
   async function runCode(button) {
     if (button.disabled) return; // one run at a time per block
@@ -367,28 +190,8 @@
     }
   });
 
-  // --- composer and shortcuts -------------------------------------------------------------
+  // --- shortcuts ----------------------------------------------------------------------------
 
-  form.addEventListener("submit", function (event) {
-    event.preventDefault();
-    const text = input.value;
-    if (!text.trim() || current) return;
-    input.value = "";
-    send(text);
-  });
-
-  input.addEventListener("keydown", function (event) {
-    if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
-      event.preventDefault();
-      form.requestSubmit();
-    }
-  });
-
-  stopButton.addEventListener("click", stop);
-  regenerateButton.addEventListener("click", function () {
-    const text = lastUserMessage();
-    if (text) send(text);
-  });
   helpButton.addEventListener("click", function () {
     help.hidden = !help.hidden;
   });
@@ -397,7 +200,7 @@
     const typing = event.target.matches("input, textarea, select");
     if (event.key === "Escape") {
       if (!help.hidden) help.hidden = true;
-      else if (current) stop();
+      else stop();
     } else if (event.key === "k" && (event.ctrlKey || event.metaKey)) {
       event.preventDefault();
       search.focus();
@@ -411,14 +214,4 @@
       help.hidden = !help.hidden;
     }
   });
-
-  // --- a run still going when the page loaded: re-attach from its first event -------------
-
-  const active = app.dataset.activeRun;
-  if (active) {
-    const run = { runId: active, lastSeq: 0, turn: addAssistantTurn(), text: "", done: false };
-    current = run;
-    setBusy(true);
-    reattach(run);
-  }
 })();

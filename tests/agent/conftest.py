@@ -26,14 +26,13 @@ def fake_openai() -> Iterator[FakeOpenAI]:
 
 @pytest.fixture
 def openai_provider(fake_openai: FakeOpenAI) -> OpenAIProvider:
-    """``OpenAIProvider`` on ``fake_openai``, with short backoff delays so retries are quick."""
+    """``OpenAIProvider`` on ``fake_openai``, with the SDK's retries (2, as by default)."""
     return OpenAIProvider(
         base_url=fake_openai.base_url,
         api_key=TEST_API_KEY,
         model="fake-model",
         timeout_s=5,
         max_retries=2,
-        backoff_s=0.01,
     )
 
 
@@ -58,7 +57,6 @@ def scripted(fake_openai: Any, settings: Any) -> Iterator[Any]:
             "model": "fake-model",
             "timeout_s": 5,
             "max_retries": 1,
-            "backoff_s": 0.01,
         },
     }
     get_llm.cache_clear()

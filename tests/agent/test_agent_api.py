@@ -52,7 +52,7 @@ def test_offline_agent_runs_code_and_records_the_run(api, user, sandbox_image):
     (step,) = body["steps"]
     assert step["tool_name"] == "execute_code"
     assert step["tool_args"]["code"] == "print(1+1)"
-    observation = json.loads(step["observation"].removeprefix("Observation: "))
+    observation = step["observation"]  # the structured result, not the text the model read
     assert observation["stdout"] == "2\n"
     assert step["error"] is None
     assert step["finished_at_ms"] >= step["started_at_ms"]
@@ -125,9 +125,10 @@ def test_scripted_model_recovers_from_format_and_tool_errors(api, scripted):
     assert body["answer"] == "42"
     steps = body["steps"]
     assert [s["tool_name"] for s in steps] == [None, "exec_code", "execute_code"]
-    assert "Action" in steps[0]["observation"]
-    assert "execute_code" in steps[1]["observation"]  # the nearest valid name
-    assert "$" in steps[2]["observation"]
+    # The observation is the structured result the model's text was made from.
+    assert "Action" in steps[0]["observation"]["error"]
+    assert "execute_code" in steps[1]["observation"]["suggestion"]  # the nearest valid name
+    assert "$" in steps[2]["observation"]["error"]
     requests = scripted.requests
     assert len(requests) == 4
     assert requests[0]["messages"][0]["role"] == "system"
@@ -240,7 +241,8 @@ async def test_reattach_replays_missed_events_once(user, sandbox_image):
 
 @pytest.mark.django_db(transaction=True)
 async def test_cancel_mid_tool_keeps_the_steps_and_removes_the_container(user, sandbox_image):
-    from agent.runs import run_create, run_start
+    from agent.executor import run_start
+    from agent.services import run_create
 
     token = await _token(user)
     run = await run_create(user=user, message="run: import time\ntime.sleep(60)")

@@ -57,7 +57,6 @@ def client_on(fake: FakeOpenAI, **options: Any) -> OpenAIEmbeddingsClient:
         "model": "fake-embedding",
         "timeout_s": 5,
         "max_retries": 2,
-        "backoff_s": 0.01,
         **options,
     }
     return OpenAIEmbeddingsClient(**settings)
@@ -70,7 +69,6 @@ def backend_on(fake: FakeOpenAI, **options: Any) -> OpenAIEmbeddings:
         "model": "fake-embedding",
         "timeout_s": 5,
         "max_retries": 1,
-        "backoff_s": 0.01,
         **options,
     }
     return OpenAIEmbeddings(**settings)
@@ -193,7 +191,6 @@ def test_client_refused_connection_is_unavailable() -> None:
         api_key=None,
         model="m",
         max_retries=1,
-        backoff_s=0.01,
     )
 
     with pytest.raises(LLMUnavailable) as caught:

@@ -42,7 +42,7 @@ def test_offline_agent_answers_from_the_docs_with_sources(api: Client, sample_do
     (step,) = body["steps"]
     assert step["tool_name"] == "search_docs"
     assert step["tool_args"] == {"query": "how do I configure the sandbox?"}
-    observation = json.loads(step["observation"].removeprefix("Observation: "))
+    observation = step["observation"]  # the structured result, not the text the model read
     assert observation["results"][0]["source"] == "docs/sandbox.md"
     answer = body["answer"]
     assert answer.startswith("Here is what the documentation says:")

@@ -17,7 +17,7 @@ from django.utils import timezone
 from agent.events import follow_run
 from agent.leases import WORKER_LOST, LeaseKeeper, reap_lost, renew, worker_id
 from agent.models import AgentRun, RunEvent, RunStatus
-from agent.runs import run_create
+from agent.services import run_create
 from tests.conftest import post_as
 from traces.models import Step, StepStatus, Trace, TraceStatus
 

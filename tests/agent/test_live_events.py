@@ -16,10 +16,12 @@ from asgiref.sync import sync_to_async
 from channels.layers import channel_layers
 from channels.testing import WebsocketCommunicator
 
-import agent.runs
+import agent.modes
+import agent.services
 from agent.events import follow_run, run_control_group
+from agent.executor import run_start
 from agent.models import AgentRun, RunEvent, RunStatus
-from agent.runs import run_create, run_start
+from agent.services import run_create
 from agent.tools.registry import Tool, ToolRegistry
 from devassist.asgi import application
 from devassist.channel_layer import RedisChannelLayer, redis_layer_config
@@ -75,14 +77,15 @@ def waiting_run(scripted: Any, monkeypatch: pytest.MonkeyPatch, user: Any) -> An
 
     async def start(seconds: float) -> tuple[AgentRun, asyncio.Task[None]]:
         async def wait(args: dict[str, Any], context: Any) -> dict[str, Any]:
-            # Ends when the run is cancelled, as execute_code does (it stops its container).
-            await asyncio.to_thread(context.cancel.wait, seconds)
+            # Ends when the run is cancelled (its task is), as execute_code does.
+            await asyncio.sleep(seconds)
             return {"waited_s": seconds}
 
         registry = ToolRegistry(
             [Tool(name="wait", description="Waits.", parameters=EMPTY, handler=wait)]
         )
-        monkeypatch.setattr(agent.runs, "default_registry", lambda: registry)
+        monkeypatch.setattr(agent.modes, "default_registry", lambda: registry)
+        monkeypatch.setattr(agent.services, "default_registry", lambda: registry)
         run = await run_create(user=user, message="wait a bit")
         return run, run_start(run)
 
@@ -101,10 +104,12 @@ def types_of(items: list[Any]) -> list[str]:
 
 
 async def watch(user: Any, trace_id: Any) -> WebsocketCommunicator:
+    """A watch of the trace from its first event (steps are written as they happen, so some
+    may be stored before the watch connects)."""
     _, token = await sync_to_async(api_token_create)(user=user, name="ws")
     communicator = WebsocketCommunicator(
         application,
-        f"/api/traces/{trace_id}/watch",
+        f"/api/traces/{trace_id}/watch?after_seq=0",
         headers=[(b"authorization", f"Bearer {token}".encode())],
     )
     ok, _ = await communicator.connect(timeout=10)

@@ -5,11 +5,11 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import threading
 import time
-from collections.abc import AsyncGenerator, Iterator
+from collections.abc import Iterator
+from contextlib import aclosing
 from http import HTTPStatus
-from typing import Any, cast
+from typing import Any
 
 import pytest
 import structlog
@@ -61,7 +61,6 @@ def provider_on(fake: FakeOpenAI, **options: Any) -> OpenAIProvider:
         "model": "fake-model",
         "timeout_s": 5,
         "max_retries": 2,
-        "backoff_s": 0.01,
     }
     return OpenAIProvider(**{**settings, **options})
 
@@ -296,7 +295,34 @@ async def test_server_errors_on_every_attempt_are_unavailable(
     assert "model crashed" in error.message
     assert error.details["status"] == 500
     assert error.details["base_url"] == fake_openai.base_url
+    assert error.details["attempts"] == 3
+    assert "(after 3 attempts)" in error.message
     assert len(fake_openai.requests) == 1 + openai_provider.max_retries
+
+
+async def test_max_retries_is_the_sdk_s_retry_budget(fake_openai: FakeOpenAI) -> None:
+    fake_openai.script([{"status": 503}] * 3)
+
+    with pytest.raises(LLMUnavailable) as caught:
+        await provider_on(fake_openai, max_retries=1).complete(TASK)
+
+    assert caught.value.code == "llm_unavailable"
+    assert caught.value.details["status"] == 503
+    assert caught.value.details["attempts"] == 2
+    assert len(fake_openai.requests) == 2
+    # The SDK numbers its attempts in a header of its own.
+    assert [h["x-stainless-retry-count"] for h in fake_openai.headers] == ["0", "1"]
+
+
+async def test_a_server_that_says_not_to_retry_is_not_retried(
+    fake_openai: FakeOpenAI, openai_provider: OpenAIProvider
+) -> None:
+    fake_openai.script([{"status": 503, "headers": {"x-should-retry": "false"}}, "x"])
+
+    with pytest.raises(LLMUnavailable):
+        await openai_provider.complete(TASK)
+
+    assert len(fake_openai.requests) == 1
 
 
 async def test_rate_limit_waits_for_a_small_retry_after(
@@ -433,22 +459,6 @@ def test_describe_names_the_endpoint_without_credentials() -> None:
 # -- OpenAIProvider: cancellation -----------------------------------------------------------
 
 
-async def test_setting_the_cancel_event_abandons_a_slow_request(
-    fake_openai: FakeOpenAI, openai_provider: OpenAIProvider
-) -> None:
-    fake_openai.script([{"content": "slow", "delay_s": 3}])
-    cancel = threading.Event()
-    timer = threading.Timer(0.2, cancel.set)
-    timer.start()
-    started = time.monotonic()
-
-    with pytest.raises(asyncio.CancelledError):
-        await openai_provider.complete(TASK, cancel=cancel)
-
-    assert time.monotonic() - started < 1
-    await wait_for_disconnect(fake_openai)
-
-
 async def test_cancelling_the_awaiting_task_abandons_the_request(
     fake_openai: FakeOpenAI, openai_provider: OpenAIProvider
 ) -> None:
@@ -465,62 +475,67 @@ async def test_cancelling_the_awaiting_task_abandons_the_request(
     await wait_for_disconnect(fake_openai)
 
 
-async def test_an_already_set_cancel_event_sends_nothing(
+async def test_cancelling_during_the_sdk_s_retry_wait_sends_no_more_requests(
     fake_openai: FakeOpenAI, openai_provider: OpenAIProvider
 ) -> None:
-    cancel = threading.Event()
-    cancel.set()
+    fake_openai.script([{"status": 503, "headers": {"Retry-After": "2"}}, "too late"])
+    task = asyncio.create_task(openai_provider.complete(TASK))
+    await wait_for_request(fake_openai)
+    await asyncio.sleep(0.2)
+    task.cancel()
 
     with pytest.raises(asyncio.CancelledError):
-        await openai_provider.complete(TASK, cancel=cancel)
+        await task
 
-    assert fake_openai.requests == []
+    await asyncio.sleep(2.5)
+    assert len(fake_openai.requests) == 1
 
 
-async def test_setting_the_cancel_event_stops_a_stream_between_chunks(
+async def test_cancelling_the_consumer_between_chunks_closes_the_stream(
     fake_openai: FakeOpenAI, openai_provider: OpenAIProvider
 ) -> None:
     fake_openai.script([{"chunks": ["first ", "second ", "third"], "chunk_delay_s": 0.5}])
-    cancel = threading.Event()
     first = asyncio.Event()
     deltas: list[str] = []
 
     async def consume() -> None:
-        async for chunk in openai_provider.stream(TASK, cancel=cancel):
+        async for chunk in openai_provider.stream(TASK):
             deltas.append(chunk.delta)
             first.set()
 
     task = asyncio.create_task(consume())
     await first.wait()
-    cancel.set()
-    started = time.monotonic()
+    task.cancel()
 
     with pytest.raises(asyncio.CancelledError):
         await task
 
     assert deltas == ["first "]
-    assert time.monotonic() - started < 1
     await wait_for_disconnect(fake_openai)
 
 
-async def test_a_stream_left_at_its_response_leaves_nothing_running(
+async def test_closing_a_stream_cancelled_elsewhere_closes_its_response(
     fake_openai: FakeOpenAI, openai_provider: OpenAIProvider
 ) -> None:
-    # Callers stop at the response without closing the generator: its HTTP stream and its
-    # cancel watcher end there all the same (a watcher left behind polls until the generator
-    # is collected, a few hundred wakeups per run).
-    fake_openai.script([{"chunks": ["one ", "two"]}])
-    stream = cast(
-        AsyncGenerator[LLMChunk, None], openai_provider.stream(TASK, cancel=threading.Event())
-    )
-    async for chunk in stream:
-        if chunk.response is not None:
-            break
+    # The consumer is cancelled while it works on a delta (recording it), not while it waits
+    # for the stream: closing the generator, as aclosing() does, closes the HTTP response.
+    fake_openai.script([{"chunks": ["first ", "second ", "third"], "chunk_delay_s": 0.5}])
+    working = asyncio.Event()
 
-    running = {task.get_name() for task in asyncio.all_tasks() if not task.done()}
-    assert "llm-cancel-watch" not in running
-    assert "llm-stream" not in running
-    await stream.aclose()
+    async def consume() -> None:
+        async with aclosing(openai_provider.stream(TASK)) as stream:
+            async for _ in stream:
+                working.set()
+                await asyncio.sleep(30)
+
+    task = asyncio.create_task(consume())
+    await working.wait()
+    task.cancel()
+
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+    await wait_for_disconnect(fake_openai)
 
 
 async def test_cancelling_a_task_waiting_for_the_first_chunk_closes_the_stream(
@@ -724,14 +739,6 @@ async def test_offline_response_metadata() -> None:
     assert response.finish_reason == "stop"
     assert response.usage.completion_tokens == max(1, len(response.content) // 4)
     assert response.usage.prompt_tokens >= 1
-
-
-async def test_offline_honours_a_set_cancel_event() -> None:
-    cancel = threading.Event()
-    cancel.set()
-
-    with pytest.raises(asyncio.CancelledError):
-        await OfflineProvider().complete(user("hi"), cancel=cancel)
 
 
 # -- get_llm() ------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
-"""How a run's tool calls reach the trace: a quick one in one transaction with its thought
-and result, a slow one with its running action visible while the tool works."""
+"""How a run's tool calls reach the trace as they happen: the thought when the model has
+replied, the running action while the tool works, the result (and the ``step`` event derived
+from those steps) when it is done."""
 
 from __future__ import annotations
 
@@ -7,11 +8,16 @@ import asyncio
 from typing import Any
 
 import pytest
+from asgiref.sync import sync_to_async
 
-import agent.runs
-from agent.runs import ACTION_WRITE_DELAY_S, run_create, run_start
+import agent.modes
+import agent.services
+from agent.executor import run_start
+from agent.models import RunEvent
+from agent.services import run_create
 from agent.tools.registry import Tool, ToolRegistry
 from traces.models import Step, TraceEvent
+from traces.selectors import trace_get
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -34,7 +40,8 @@ def tool_run(scripted: Any, monkeypatch: pytest.MonkeyPatch, user: Any) -> Any:
 
     async def start(seconds: float) -> tuple[Any, asyncio.Task[None]]:
         registry = registry_with(seconds)
-        monkeypatch.setattr(agent.runs, "default_registry", lambda: registry)
+        monkeypatch.setattr(agent.modes, "default_registry", lambda: registry)
+        monkeypatch.setattr(agent.services, "default_registry", lambda: registry)
         run = await run_create(user=user, message="wait a bit")
         return run, run_start(run)
 
@@ -49,31 +56,44 @@ async def events_of(trace_id: Any) -> list[tuple[str, str, str]]:
     ]
 
 
-async def test_a_quick_tool_call_is_written_with_its_thought_and_result_at_once(tool_run):
+async def test_a_tool_call_is_a_thought_an_action_and_its_result_in_order(tool_run):
     run, task = await tool_run(0)
     await asyncio.wait_for(task, timeout=15)
 
     events = await events_of(run.trace_id)
     added = [step_type for event, step_type, _ in events if event == "step_added"]
     assert added[:5] == ["goal", "thought", "action", "result", "thought"]
-    # The action is stored finished: no update follows for it.
     action = await Step.objects.aget(trace_id=run.trace_id, step_type="action")
     assert action.status == "completed"
     assert action.duration_ms is not None
-    assert action.duration_ms < 1000
     assert action.started_at is not None
     assert action.finished_at is not None
     assert action.started_at <= action.finished_at
-    updated = {step_id for event, _, step_id in events if event == "step_updated"}
-    assert str(action.id) not in updated
     assert action.parent_id is not None
     thought_seq = (await Step.objects.aget(pk=action.parent_id)).seq
     result = await Step.objects.aget(trace_id=run.trace_id, step_type="result")
     assert (action.seq, result.seq) == (thought_seq + 1, thought_seq + 2)
+    assert result.data["result"] == {"waited_s": 0}
+
+
+async def test_the_step_event_is_derived_from_the_steps(tool_run):
+    run, task = await tool_run(0)
+    await asyncio.wait_for(task, timeout=15)
+
+    (event,) = [e.payload async for e in RunEvent.objects.filter(run_id=run.id, type="step")]
+    thought = await Step.objects.aget(trace_id=run.trace_id, step_type="thought", seq=2)
+    result = await Step.objects.aget(trace_id=run.trace_id, step_type="result")
+    assert event["step_id"] == str(thought.id)
+    assert event["tool_name"] == "wait"
+    assert event["tool_args"] == {}
+    assert event["observation"] == result.data["result"] == {"waited_s": 0}
+    assert event["thought"] == thought.data["thought"]
+    assert event["action_raw"] == thought.data["action_raw"]
+    assert event["finished_at_ms"] >= event["started_at_ms"]
 
 
 async def test_a_slow_tool_call_shows_its_running_action_while_it_works(tool_run):
-    run, task = await tool_run(ACTION_WRITE_DELAY_S * 10)
+    run, task = await tool_run(0.5)
 
     for _ in range(100):
         running = await Step.objects.filter(
@@ -89,7 +109,7 @@ async def test_a_slow_tool_call_shows_its_running_action_while_it_works(tool_run
     action = await Step.objects.aget(pk=running.id)
     assert action.status == "completed"
     assert action.duration_ms is not None
-    assert action.duration_ms >= ACTION_WRITE_DELAY_S * 10 * 1000 * 0.9
+    assert action.duration_ms >= 450
     events = await events_of(run.trace_id)
     assert ("step_updated", "", str(action.id)) in events
 
@@ -121,13 +141,12 @@ async def test_a_trace_closed_from_outside_still_lets_the_run_end_and_its_stream
     ends = [e async for e in RunEvent.objects.filter(run_id=run.id).order_by("seq")][-2:]
     assert [e.type for e in ends] == ["error", "done"]
     assert ends[1].payload["status"] == "failed"
-    trace = await get_trace_store().get_trace(run.trace_id)
+    trace = await sync_to_async(trace_get)(trace_id=run.trace_id)
     assert trace.status == "failed"  # as it was closed
 
 
 async def test_a_run_ends_with_its_trace_in_one_write(scripted: Any, user: Any) -> None:
     from agent.models import AgentRun, RunEvent, RunMode
-    from traces.store import get_trace_store
 
     scripted.script([{"content": "an answer", "chunks": ["an ", "answer"]}])
     run = await run_create(user=user, message="hello", mode=RunMode.CHAT)
@@ -135,7 +154,7 @@ async def test_a_run_ends_with_its_trace_in_one_write(scripted: Any, user: Any) 
 
     stored = await AgentRun.objects.aget(pk=run.id)
     assert run.trace_id is not None
-    trace = await get_trace_store().get_trace(run.trace_id)
+    trace = await sync_to_async(trace_get)(trace_id=run.trace_id)
     assert (stored.status, trace.status) == ("completed", "completed")
     assert stored.finished_at is not None
     assert trace.completed_at is not None

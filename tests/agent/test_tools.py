@@ -484,9 +484,8 @@ async def test_each_call_is_logged_with_its_latency():
 
 def test_the_context_defaults():
     ctx = ToolContext(user="u")
+    assert ctx.user == "u"
     assert ctx.run_id is None
-    assert not ctx.cancel.is_set()
-    assert ToolContext(user="u").cancel is not ctx.cancel
 
 
 # --- descriptions for the model -----------------------------------------------------------

@@ -191,7 +191,7 @@ async def test_readme_curl_example_streams_an_execute_code_step(user, scripted, 
     assert events[0][1]["agent"] is True
     steps = [event for _, event in events if event["type"] == "step"]
     assert steps[0]["tool_name"] == "execute_code"
-    assert json.loads(steps[0]["observation"].removeprefix("Observation: "))["stdout"] == "5\n"
+    assert steps[0]["observation"]["stdout"] == "5\n"
     assert types.index("step") < types.index("delta")
     assert deltas(events) == "add(2, 3) returns 5."
     assert types[-1] == "done"
@@ -248,7 +248,7 @@ async def test_model_failure_mid_stream_is_an_error_then_done_and_keeps_the_turn
 async def test_a_chat_run_can_be_cancelled_and_re_attached(user, scripted):
     scripted.script([{"content": "a b c d e f g h", "chunk_delay_s": 0.3}])
     async with asgi_client(await bearer(user)) as client:
-        from chat.runs import chat_turn_start
+        from chat.turns import chat_turn_start
 
         turn = await chat_turn_start(user=user, message="tell me a story", use_agent=False)
         for _ in range(100):
@@ -342,7 +342,7 @@ def test_malformed_json_is_a_client_error(api):
 
 @pytest.mark.django_db
 def test_a_message_over_the_limit_is_413(api):
-    from chat.runs import MESSAGE_MAX_CHARS
+    from chat.turns import MESSAGE_MAX_CHARS
 
     assert_error(
         post(api, "/chat", {"message": "x" * (MESSAGE_MAX_CHARS + 1)}),

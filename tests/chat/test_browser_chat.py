@@ -1,8 +1,10 @@
 """The chat UI in the system Chromium against DevAssist under daphne and the scripted model:
-live step cards, Stop, Run on code blocks, re-attaching after a reload, inert untrusted text."""
+live step cards over one HTML stream, Stop, Run on code blocks, re-attaching after a reload,
+refused messages, inert untrusted text."""
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -36,6 +38,8 @@ def test_a_step_card_appears_before_the_answer_and_expands(
         ]
     )
     login("ada")
+    requests: list[str] = []
+    page.on("request", lambda request: requests.append(request.url))
     send(page, "compute 6*7 with python", route="agent")
 
     card = page.locator(".turn.assistant .step").first
@@ -53,6 +57,54 @@ def test_a_step_card_appears_before_the_answer_and_expands(
     assert re.search(r"/c/[0-9a-f-]{36}/$", page.url)
     page.locator(".conversation.current").wait_for()
     screenshot("answered")
+    # One client follows the run: the page's HTML stream, not the JSON API's.
+    assert (
+        len([url for url in requests if re.search(r"/ui/chat/runs/[0-9a-f-]{36}/stream", url)]) == 1
+    )
+    assert not [url for url in requests if "/chat?stream" in url or "/events" in url]
+    assert page.evaluate("sessionStorage.getItem('htmx-history-cache')") is None
+
+
+def test_a_steps_hostile_output_stays_inert_live_and_after_a_reload(
+    page, login, live_model, sandbox_image
+):
+    code = "print('<script>window.pwned = 4</script><img src=x onerror=\"window.pwned = 5\">')"
+    live_model.script(
+        [
+            "Thought: <b>show</b> it\nAction: tool:execute_code\nargs: "
+            + json.dumps({"code": code}),
+            "Thought: done\nAction: final: Printed.",
+        ]
+    )
+    login("ada")
+    send(page, "print some html", route="agent")
+    page.locator(".turn.assistant .markdown").wait_for(timeout=30_000)
+    for _ in range(2):
+        card = page.locator(".turn.assistant .step").first
+        card.locator("summary").click()
+        assert (
+            card.locator(".step-stdout")
+            .inner_text()
+            .startswith("<script>window.pwned = 4</script><img")
+        )
+        assert card.locator(".step-thought").inner_text() == "<b>show</b> it"
+        assert page.locator("#messages script, #messages img, #messages [onerror]").count() == 0
+        assert page.evaluate("window.pwned") is None
+        page.reload()
+
+
+def test_a_refused_message_shows_as_a_failed_turn_and_the_composer_stays_usable(
+    page, login, live_model
+):
+    live_model.script(["Short answer."])
+    login("ada")
+    send(page, "x" * 32_001, route="chat")
+    page.locator(".turn.assistant.failed .run-error").wait_for()
+    assert "longer than 32000 characters" in page.locator(".run-error").inner_text()
+    assert page.locator("#stop-button").is_hidden()
+    send(page, "a short one", route="chat")
+    page.locator(".turn.assistant .markdown").wait_for()
+    assert page.locator(".turn.assistant .markdown").inner_text().strip() == "Short answer."
 
 
 def test_stop_cancels_the_run_on_the_server(page, login, live_model, screenshot):
@@ -78,7 +130,7 @@ def test_stop_before_the_first_token_cancels_the_model_call(page, login, live_mo
     page.locator(".run-error").wait_for()
     assert page.locator(".run-error").inner_text() == "Stopped."
     assert AgentRun.objects.get().status == "cancelled"
-    assert page.locator(".streaming").inner_text() == ""
+    assert page.locator(".turn.assistant .answer-body").inner_text() == "Stopped."
 
 
 def test_a_code_block_runs_in_the_sandbox_and_hostile_text_stays_inert(

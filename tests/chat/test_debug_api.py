@@ -16,12 +16,17 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from agent.models import AgentRun, RunEvent
+import agent.modes
+import agent.services
+from agent.models import AgentRun
+from agent.services import run_cancel
+from agent.tools.registry import Tool, ToolContext, ToolRegistry
 from chat.debug import conversation_debug
 from chat.models import Conversation, Message
-from chat.runs import chat_turn_start
 from chat.services import NewMessage, conversation_create, messages_append
+from chat.turns import chat_turn_start
 from tests.agent.test_agent_api import assert_error, post
+from tests.agent.test_recording import EMPTY
 from tests.chat.conftest import asgi_client, bearer
 from tests.conftest import token_client
 from traces.models import Step, Trace
@@ -95,7 +100,7 @@ def test_another_superusers_conversation_is_404_like_a_missing_one(
 
 
 @pytest.mark.django_db
-def test_a_recorded_agent_run_reads_as_its_messages_with_its_calls(superuser, scripted, guide):
+def test_a_recorded_agent_run_reads_as_its_steps_with_their_messages(superuser, scripted, guide):
     scripted.script([SEARCH, FINAL])
     api = token_client(superuser)
     answer = post(
@@ -114,7 +119,7 @@ def test_a_recorded_agent_run_reads_as_its_messages_with_its_calls(superuser, sc
     assert body["title"] == "How do I change the memory limit?"
     (group,) = body["groups"]
     assert (group["key"], group["run_id"], group["status"], group["mode"], group["trace_id"]) == (
-        f"request:{run.request_id}",
+        f"run:{run.id}",
         str(run.id),
         "completed",
         "agent",
@@ -123,15 +128,22 @@ def test_a_recorded_agent_run_reads_as_its_messages_with_its_calls(superuser, sc
     assert group["started_at"].endswith("Z")
     assert [e["label"] for e in group["entries"]] == [
         "User",
+        "Memory · short-term memory",
+        "Memory · long-term memory",
         "Model · Tools",
         "Tool · search_docs",
         "Model",
-        "Model",
+        "Answer",
     ]
     stored = list(
         Message.objects.filter(conversation=result["conversation_id"]).order_by("sequence")
     )
-    assert [e["sequence"] for e in group["entries"]] == [m.sequence for m in stored]
+    # Every message the run stored points at its step, and is joined to it.
+    assert all(m.step_id is not None for m in stored)
+    assert "step_id" not in json.dumps([m.metadata for m in stored])
+    assert [e["sequence"] for e in group["entries"] if e["sequence"]] == [
+        m.sequence for m in stored
+    ]
     for entry in group["entries"]:
         assert set(entry) == {
             "key",
@@ -156,18 +168,17 @@ def test_a_recorded_agent_run_reads_as_its_messages_with_its_calls(superuser, sc
         }
         assert entry["run_id"] == str(run.id)
         assert entry["created_at"].endswith("Z")
-    user, model_call, tool_call, final_call, reply = group["entries"]
-    assert (user["id"], user["summary"], user["status"]) == (
-        str(stored[0].id),
+        assert entry["key"] == f"step:{entry['id']}"
+    user, _, _, model_call, tool_call, final_call, reply = group["entries"]
+    # The request is the goal step, whose id is the run's.
+    assert (user["id"], user["summary"], user["raw"]["message"]["id"]) == (
+        str(run.id),
         "How do I change the memory limit?",
-        "completed",
+        str(stored[0].id),
     )
     # The model call is the iteration's thought step, the step the stream reported.
     thought = Step.objects.get(pk=result["steps"][0]["step_id"])
-    assert (model_call["id"], model_call["key"]) == (
-        str(thought.id),
-        f"call:{run.id}:model:{thought.id}",
-    )
+    assert model_call["id"] == str(thought.id)
     assert model_call["summary"] == " ".join(SEARCH.split())
     assert model_call["model"] == "fake-model"
     assert model_call["usage"]["total_tokens"] == thought.tokens > 0
@@ -182,11 +193,12 @@ def test_a_recorded_agent_run_reads_as_its_messages_with_its_calls(superuser, sc
         action.duration_ms,
     )
     assert set(tool_call["raw"]) == {"message", "action", "result"}
-    assert json.loads(tool_call["raw"]["result"]["data"]["observation"].split(": ", 1)[1])
+    assert tool_call["raw"]["message"]["step_id"] == tool_call["raw"]["result"]["id"]
     assert tool_call["raw"]["action"]["data"]["arguments"] == {"query": "memory limit"}
     assert final_call["label"] == "Model"
     assert (reply["summary"], reply["model"]) == ("Set SANDBOX_MEMORY_MB.", "fake-model")
-    assert body["counts"] == {"all": 5, "user": 1, "model": 3, "tool": 1, "error": 0, "system": 0}
+    assert reply["raw"]["step"]["step_type"] == "response"
+    assert body["counts"] == {"all": 7, "user": 1, "model": 3, "tool": 1, "error": 0, "system": 2}
     # The panel's session reads the same.
     session = Client()
     session.force_login(superuser)
@@ -203,13 +215,14 @@ async def wait_for(condition: Any) -> None:
 
 
 @pytest.mark.django_db(transaction=True)
-async def test_a_run_in_progress_shows_its_live_rows_then_the_same_entries_stored(
+async def test_a_run_in_progress_shows_its_steps_then_the_same_entries_with_their_messages(
     superuser, scripted, guide
 ):
     scripted.script([SEARCH, {"content": FINAL, "delay_s": 30}])
     turn = await chat_turn_start(user=superuser, message="memory limit?", use_agent=True)
     run_id = turn.run.id
-    await wait_for(RunEvent.objects.filter(run_id=run_id, type="step").aexists)
+    assert turn.run.trace_id is not None
+    await wait_for(Step.objects.filter(trace_id=turn.run.trace_id, step_type="result").aexists)
     async with asgi_client(await bearer(superuser)) as client:
         live = (await client.get(debug_url(turn.run.conversation_id))).json()
         cancelled = await client.post(f"/api/runs/{run_id}/cancel")
@@ -219,33 +232,84 @@ async def test_a_run_in_progress_shows_its_live_rows_then_the_same_entries_store
     assert live["live"] is True
     (group,) = live["groups"]
     assert group["status"] == "running"
-    assert [e["label"] for e in group["entries"]] == ["User", "Model · Tools", "Tool · search_docs"]
-    _, model_call, tool_call = group["entries"]
-    # Not stored as messages yet: the steps and the live step event, merged.
-    assert (model_call["sequence"], set(model_call["raw"])) == (None, {"step", "event"})
-    assert (tool_call["sequence"], set(tool_call["raw"])) == (None, {"action", "result", "event"})
-    assert model_call["raw"]["event"]["payload"]["step_id"] == model_call["id"]
+    assert [e["label"] for e in group["entries"]] == [
+        "User",
+        "Memory · short-term memory",
+        "Memory · long-term memory",
+        "Model · Tools",
+        "Tool · search_docs",
+    ]
+    model_call, tool_call = group["entries"][3:]
+    # Not stored as messages yet: the steps alone.
+    assert (model_call["sequence"], set(model_call["raw"])) == (None, {"step"})
+    assert (tool_call["sequence"], set(tool_call["raw"])) == (None, {"action", "result"})
+    assert model_call["summary"] == "I will look it up."  # the step's thought
     assert finished["live"] is False
     (done,) = finished["groups"]
     assert (done["key"], done["status"]) == (group["key"], "cancelled")
-    assert [e["label"] for e in done["entries"]] == [
-        "User",
+    assert [e["label"] for e in done["entries"]][3:] == [
         "Model · Tools",
         "Tool · search_docs",
         "Error",
     ]
     # The same entries, now with their stored messages.
-    assert [e["key"] for e in done["entries"][:3]] == [e["key"] for e in group["entries"]]
-    assert set(done["entries"][1]["raw"]) == {"message", "step"}
-    assert set(done["entries"][2]["raw"]) == {"message", "action", "result"}
-    assert (done["entries"][3]["summary"], done["entries"][3]["status"]) == (
+    assert [e["key"] for e in done["entries"][:5]] == [e["key"] for e in group["entries"]]
+    assert set(done["entries"][3]["raw"]) == {"message", "step"}
+    assert done["entries"][3]["summary"] == " ".join(SEARCH.split())
+    assert set(done["entries"][4]["raw"]) == {"message", "action", "result"}
+    assert (done["entries"][-1]["summary"], done["entries"][-1]["status"]) == (
         "Cancelled.",
         "cancelled",
     )
 
 
 @pytest.mark.django_db(transaction=True)
-async def test_a_queued_request_is_its_own_group_until_its_run_starts(superuser):
+async def test_a_run_cancelled_in_a_tool_call_keeps_its_model_output_joined_to_its_step(
+    superuser, scripted, monkeypatch
+):
+    # The thought and the running action are stored when they happen, before the transcript
+    # that points at the thought; the action cut short ends skipped.
+    registry = ToolRegistry(
+        [Tool(name="wait", description="Waits.", parameters=EMPTY, handler=until_cancelled)]
+    )
+    monkeypatch.setattr(agent.modes, "default_registry", lambda: registry)
+    monkeypatch.setattr(agent.services, "default_registry", lambda: registry)
+    scripted.script(["Thought: wait\nAction: tool:wait\nargs: {}"])
+    turn = await chat_turn_start(user=superuser, message="wait a bit", use_agent=True)
+    run, task = turn.run, turn.task
+    assert run.trace_id is not None
+    assert run.conversation_id is not None
+
+    async def model_called() -> bool:
+        return bool(scripted.requests)
+
+    await wait_for(model_called)
+    await asyncio.sleep(0.3)  # the tool is waiting
+    await run_cancel(user=superuser, run=run)
+    await asyncio.wait_for(task, timeout=15)
+    action = await Step.objects.aget(trace_id=run.trace_id, step_type="action")
+    assert action.status == "skipped"
+
+    model_output = await Message.objects.aget(conversation_id=run.conversation_id, kind="step")
+    assert model_output.step_id is not None
+    thought = await Step.objects.aget(pk=model_output.step_id)
+    assert thought.step_type == "thought"
+    view = await sync_to_async(conversation_debug)(
+        user=superuser, conversation_id=run.conversation_id
+    )
+    (group,) = view.groups
+    assert [e.label for e in group.entries][3:] == ["Model · Tools", "Tool · wait", "Error"]
+    assert group.entries[3].raw["message"]["id"] == str(model_output.id)
+
+
+async def until_cancelled(args: dict[str, Any], context: ToolContext) -> dict[str, Any]:
+    """A tool that works until the run is cancelled (its task is)."""
+    await asyncio.sleep(15)
+    raise RuntimeError("not cancelled")
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_queued_run_is_its_group_with_its_request(superuser):
     # DevAssist starts its runs as it creates them; a queued run is one that another worker
     # has taken but not started yet: its message stored, nothing else.
     conversation = await sync_to_async(conversation_create)(owner=superuser)
@@ -257,7 +321,7 @@ async def test_a_queued_request_is_its_own_group_until_its_run_starts(superuser)
         input="queued question",
         model="fake-model",
     )
-    await sync_to_async(messages_append)(
+    (message,) = await sync_to_async(messages_append)(
         conversation_id=conversation.id,
         messages=[NewMessage("user", "queued question")],
         run_id=run.id,
@@ -267,50 +331,47 @@ async def test_a_queued_request_is_its_own_group_until_its_run_starts(superuser)
         body = (await client.get(debug_url(conversation.id))).json()
     assert body["live"] is True
     (group,) = body["groups"]
-    assert (group["key"], group["run_id"], group["status"]) == (
-        "request:req-1",
+    assert (group["key"], group["run_id"], group["status"], group["request_id"]) == (
+        f"run:{run.id}",
         str(run.id),
         "queued",
+        "req-1",
     )
     (request,) = group["entries"]
-    assert (request["key"], request["label"], request["summary"], request["status"]) == (
-        "request:req-1",
+    assert (request["key"], request["label"], request["summary"]) == (
+        f"message:{message.id}",
         "User",
         "queued question",
-        "queued",
     )
-    assert set(request["raw"]) == {"message", "request"}
+    assert set(request["raw"]) == {"message"}
 
 
 # --- cost -----------------------------------------------------------------------------------------
 
 
-def add_run(
-    conversation: Conversation, *, iterations: int, status: str = "completed", request_id: str = ""
-) -> AgentRun:
-    """A run with ``iterations`` ReAct iterations: its steps, step events, transcript and answer
-    (the run's transcript only once finished)."""
+def add_run(conversation: Conversation, *, iterations: int, status: str = "completed") -> AgentRun:
+    """A run with ``iterations`` ReAct iterations: its steps, transcript and answer (the
+    transcript only once finished), each message pointing at its step."""
     trace = Trace.objects.create(user=conversation.owner, task="q")
     run = AgentRun.objects.create(
         user=conversation.owner,
         conversation=conversation,
         trace=trace,
-        request_id=request_id or uuid.uuid4().hex,
+        request_id=uuid.uuid4().hex,
         status=status,
         input="q",
         model="fake-model",
     )
-    messages = [NewMessage(role="user", content="q")]
-    steps, events = [], []
+    goal = Step(id=run.id, trace=trace, seq=1, step_type="goal", description="q")
+    messages = [NewMessage(role="user", content="q", step_id=goal.id)]
+    steps = [goal]
     now = timezone.now()
     for index in range(iterations):
-        thought = Step(
-            trace=trace, seq=3 * index + 1, step_type="thought", data={"action_raw": "a"}
-        )
+        thought = Step(trace=trace, parent=goal, seq=3 * index + 2, step_type="thought")
         action = Step(
             trace=trace,
             parent=thought,
-            seq=3 * index + 2,
+            seq=3 * index + 3,
             step_type="action",
             data={"tool_name": "search_docs", "arguments": {}},
             started_at=now + timedelta(seconds=index),
@@ -319,40 +380,30 @@ def add_run(
         result = Step(
             trace=trace,
             parent=action,
-            seq=3 * index + 3,
+            seq=3 * index + 4,
             step_type="result",
             data={"observation": "o"},
         )
         steps += [thought, action, result]
-        events.append(
-            RunEvent(
-                run=run,
-                seq=index + 1,
-                type="step",
-                payload={"type": "step", "step_id": str(thought.id)},
-            )
-        )
         messages += [
-            NewMessage(
-                role="assistant", content="a", kind="step", metadata={"step_id": str(thought.id)}
-            ),
-            NewMessage(role="tool", content="o", kind="step", metadata={"step_id": str(result.id)}),
+            NewMessage(role="assistant", content="a", kind="step", step_id=thought.id),
+            NewMessage(role="tool", content="o", kind="step", step_id=result.id),
         ]
-    Step.objects.bulk_create(steps)
-    RunEvent.objects.bulk_create(
-        [*events, RunEvent(run=run, seq=iterations + 1, type="delta", payload={"content": "x"})]
-    )
-    if status == "running":
+    response = Step(trace=trace, parent=goal, seq=3 * iterations + 2, step_type="response")
+    Step.objects.bulk_create([*steps, response] if status != "queued" else [])
+    if status == "queued":
+        messages = [NewMessage(role="user", content="q")]
+    elif status == "running":
         messages = messages[:1]
     else:
-        messages.append(NewMessage(role="assistant", content="answer"))
+        messages.append(NewMessage(role="assistant", content="answer", step_id=response.id))
     messages_append(conversation_id=conversation.id, messages=messages, run_id=run.id)
     return run
 
 
 @pytest.mark.django_db
 @pytest.mark.parametrize(("runs", "iterations"), [(1, 1), (6, 40)])
-def test_the_view_reads_in_five_queries_whatever_its_size(
+def test_the_view_reads_in_four_queries_whatever_its_size(
     superuser, django_assert_num_queries, runs, iterations
 ):
     conversation = Conversation.objects.create(owner=superuser)
@@ -360,8 +411,10 @@ def test_the_view_reads_in_five_queries_whatever_its_size(
         add_run(conversation, iterations=iterations)
     add_run(conversation, iterations=iterations, status="running")
     add_run(conversation, iterations=0, status="queued")
-    with django_assert_num_queries(5):
+    messages_append(conversation_id=conversation.id, messages=[NewMessage("system", "a note")])
+    with django_assert_num_queries(4):
         view = conversation_debug(user=superuser, conversation_id=conversation.id)
     assert view.live
     assert view.counts["tool"] == (runs + 1) * iterations
-    assert len(view.groups) == runs + 2
+    assert len(view.groups) == runs + 3
+    assert view.groups[-1].key.startswith("unlinked:")

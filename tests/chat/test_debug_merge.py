@@ -1,5 +1,5 @@
-"""The debug panel's merge and grouping rules (``chat.debug.debug_view``), on unsaved rows shaped
-as the run recorder writes them: no database."""
+"""The debug panel's join of messages and steps (``chat.debug.debug_view``), on unsaved rows
+shaped as the run recorder writes them (each message pointing at its step): no database."""
 
 from __future__ import annotations
 
@@ -8,12 +8,23 @@ import random
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from html.parser import HTMLParser
 from typing import Any
 
 import pytest
+from django.template.loader import render_to_string
 
-from agent.models import AgentRun, RunEvent
-from chat.debug import DebugEntry, DebugView, debug_view, debug_view_json
+from agent.models import AgentRun
+from chat.debug import (
+    MESSAGE_FIELDS,
+    RUN_FIELDS,
+    STEP_FIELDS,
+    DebugEntry,
+    DebugView,
+    debug_view,
+    debug_view_json,
+)
+from chat.debug_layout import panel_layout
 from chat.models import Message
 from traces.models import Step
 
@@ -32,16 +43,14 @@ def z(value: datetime | None) -> str:
 
 @dataclass
 class Conversation:
-    """Rows of one conversation, written in the order the run recorder writes them."""
+    """Rows of one conversation, written as the run recorder writes them."""
 
     id: uuid.UUID = field(default_factory=uuid.uuid4)
     messages: list[Message] = field(default_factory=list)
     runs: list[AgentRun] = field(default_factory=list)
     steps: list[Step] = field(default_factory=list)
-    events: list[RunEvent] = field(default_factory=list)
     clock: float = 0.0
     step_seq: dict[uuid.UUID, int] = field(default_factory=dict)
-    event_seq: dict[uuid.UUID, int] = field(default_factory=dict)
 
     def tick(self) -> datetime:
         self.clock += 1
@@ -49,7 +58,6 @@ class Conversation:
 
     def run(
         self,
-        request_id: str = "",
         *,
         status: str = "completed",
         mode: str = "agent",
@@ -57,10 +65,12 @@ class Conversation:
         error_code: str = "",
         text: str = "question",
     ) -> AgentRun:
+        """A run with its trace's goal step (whose id is the run's, as ``run_create`` writes
+        it), asked ``text``: its user message is stored with it."""
         run = AgentRun(
             id=uuid.uuid4(),
             trace_id=uuid.uuid4(),
-            request_id=request_id,
+            request_id=uuid.uuid4().hex,
             mode=mode,
             status=status,
             input=text,
@@ -68,12 +78,22 @@ class Conversation:
             error=error,
             error_code=error_code,
             created_at=self.tick(),
-            started_at=None if status == "queued" else at(self.clock + 0.1),
+            started_at=at(self.clock + 0.1),
             finished_at=at(self.clock + 50)
             if status in ("completed", "failed", "cancelled")
             else None,
         )
         self.runs.append(run)
+        goal = self.step(
+            run,
+            "goal",
+            id=run.id,
+            name="task",
+            description=text,
+            status="running" if status == "running" else "completed",
+            started_at=at(self.clock),
+        )
+        self.message("user", text, run=run, step=goal)
         return run
 
     def message(
@@ -83,8 +103,8 @@ class Conversation:
         *,
         run: AgentRun | None = None,
         kind: str = "turn",
+        step: Step | None = None,
         metadata: dict[str, Any] | None = None,
-        request_id: str | None = None,
     ) -> Message:
         message = Message(
             id=uuid.uuid4(),
@@ -93,7 +113,8 @@ class Conversation:
             kind=kind,
             content=content,
             run_id=run.id if run else None,
-            request_id=request_id if request_id is not None else (run.request_id if run else ""),
+            step_id=step.id if step else None,
+            request_id=run.request_id if run else "",
             sequence=len(self.messages) + 1,
             metadata=metadata or {},
             created_at=self.tick(),
@@ -101,18 +122,17 @@ class Conversation:
         self.messages.append(message)
         return message
 
-    def ask(self, run: AgentRun) -> Message:
-        return self.message("user", run.input, run=run)
-
     def step(
         self, run: AgentRun, step_type: str, *, parent: Step | None = None, **fields: Any
     ) -> Step:
         assert run.trace_id is not None
         self.step_seq[run.id] = self.step_seq.get(run.id, 0) + 1
+        fields.setdefault("id", uuid.uuid4())
+        fields.setdefault("status", "completed")
+        fields.setdefault("started_at", at(self.clock))  # the store gives every step a start
         step = Step(
-            id=uuid.uuid4(),
             trace_id=run.trace_id,
-            parent_id=parent.id if parent else None,
+            parent_id=parent.id if parent else run.id if step_type != "goal" else None,
             seq=self.step_seq[run.id],
             step_type=step_type,
             created_at=self.tick(),
@@ -121,16 +141,24 @@ class Conversation:
         self.steps.append(step)
         return step
 
-    def thought(self, run: AgentRun, reply: str, *, tokens: tuple[int, int] = (10, 5)) -> Step:
+    def memory(self, run: AgentRun, facts: str | None = None) -> tuple[Step, Step]:
+        """The two memory reads; the long-term one given to the model as a message."""
+        short = self.step(
+            run, "memory_read", name="short-term memory", description="0 earlier turns"
+        )
+        long = self.step(run, "memory_read", name="long-term memory", description="1 facts")
+        if facts is not None:
+            self.message("system", facts, run=run, kind="memory", step=long)
+        return short, long
+
+    def thought(self, run: AgentRun, *, tokens: tuple[int, int] = (10, 5)) -> Step:
         return self.step(
             run,
             "thought",
-            status="completed",
             name="iteration",
             description="thinking",
             data={
                 "thought": "thinking",
-                "action_raw": reply,
                 "model": "fake-model",
                 "prompt_tokens": tokens[0],
                 "completion_tokens": tokens[1],
@@ -146,16 +174,14 @@ class Conversation:
         *,
         tool: str | None = "search_docs",
         arguments: dict[str, Any] | None = None,
-        observation: str = '{"results": []}',
+        observation: Any = '{"results": []}',
         error: str = "",
         store_messages: bool = True,
-        event: bool = False,
     ) -> tuple[Step, Step | None, Step]:
         """One ReAct iteration: thought, action (none when ``tool`` is None: an unparsable
-        reply) and result, the step event when ``event``, and the two step messages when
-        ``store_messages`` (a finished run's transcript)."""
-        reply = f"Thought: go\nAction: tool:{tool}" if tool else "I forgot the format"
-        thought = self.thought(run, reply)
+        reply) and result, and the two step messages when ``store_messages`` (a finished run's
+        transcript)."""
+        thought = self.thought(run)
         action = None
         if tool is not None:
             action = self.step(
@@ -178,71 +204,42 @@ class Conversation:
             error=error or ("The reply has no Action." if tool is None else ""),
             data={"observation": observation},
         )
-        if event:
-            self.event(
-                run,
-                "step",
-                step_id=str(thought.id),
-                thought="thinking",
-                action_raw=reply,
-                tool_name=tool,
-                tool_args=arguments or {"query": "q"},
-                observation=observation,
-                error=error or None,
-                started_at_ms=int(at(self.clock).timestamp() * 1000),
-                finished_at_ms=int(at(self.clock + 1).timestamp() * 1000),
-                latency_ms=900,
-            )
         if store_messages:
             self.transcript(run, thought, result)
         return thought, action, result
 
     def transcript(self, run: AgentRun, thought: Step, result: Step) -> None:
-        self.message(
-            "assistant",
-            thought.data["action_raw"],
-            run=run,
-            kind="step",
-            metadata={"step_id": str(thought.id)},
-        )
-        self.message(
-            "tool",
-            result.data["observation"],
-            run=run,
-            kind="step",
-            metadata={
-                "step_id": str(result.id),
-                "tool_name": result.name,
-                "error": result.error or None,
-            },
-        )
+        reply = f"Thought: go\nAction: tool:{result.name}"
+        self.message("assistant", reply, run=run, kind="step", step=thought)
+        observation = result.data["observation"]
+        text = observation if isinstance(observation, str) else json.dumps(observation)
+        self.message("tool", text, run=run, kind="step", step=result)
 
-    def event(self, run: AgentRun, type_: str, **payload: Any) -> RunEvent:
-        self.event_seq[run.id] = self.event_seq.get(run.id, 0) + 1
-        event = RunEvent(
-            run_id=run.id,
-            seq=self.event_seq[run.id],
-            type=type_,
-            payload={"type": type_, **payload},
-            created_at=self.tick(),
-        )
-        self.events.append(event)
-        return event
-
-    def answer(self, run: AgentRun, text: str = "the answer") -> Message:
-        return self.message(
-            "assistant", text, run=run, metadata={"model": "fake-model", "mode": run.mode}
-        )
+    def answer(self, run: AgentRun, text: str = "the answer", *, store: bool = True) -> Step:
+        response = self.step(run, "response", name="answer")
+        if store:
+            self.message(
+                "assistant",
+                text,
+                run=run,
+                step=response,
+                metadata={"model": "fake-model", "mode": run.mode},
+            )
+        return response
 
     def view(self, **rows: Any) -> DebugView:
         return debug_view(
             conversation_id=self.id,
             title="t",
-            messages=rows.get("messages", self.messages),
-            runs=rows.get("runs", self.runs),
-            steps=rows.get("steps", self.steps),
-            events=rows.get("events", self.events),
+            runs=values(rows.get("runs", self.runs), RUN_FIELDS),
+            steps=values(rows.get("steps", self.steps), STEP_FIELDS),
+            messages=values(rows.get("messages", self.messages), MESSAGE_FIELDS),
         )
+
+
+def values(objects: list[Any], fields: tuple[str, ...]) -> list[dict[str, Any]]:
+    """Unsaved rows as ``QuerySet.values(*fields)`` reads them."""
+    return [{name: getattr(obj, name) for name in fields} for obj in objects]
 
 
 def entries(view: DebugView) -> list[DebugEntry]:
@@ -253,25 +250,21 @@ def labels(view: DebugView) -> list[str]:
     return [entry.label for entry in entries(view)]
 
 
-def summaries(view: DebugView) -> list[str]:
-    return [entry.summary for entry in entries(view)]
+def keys(view: DebugView) -> list[str]:
+    return [entry.key for entry in entries(view)]
 
 
 def group_shape(view: DebugView) -> list[tuple[str, int]]:
     return [(group.key, len(group.entries)) for group in view.groups]
 
 
-def completed_agent_run(c: Conversation, request_id: str = "r1") -> AgentRun:
-    run = c.run(request_id)
-    c.ask(run)
+def completed_agent_run(c: Conversation, **options: Any) -> AgentRun:
+    run = c.run(**options)
+    c.memory(run, "Long-term memory: likes tea")
     c.iteration(run)
-    c.thought(run, "Thought: done\nAction: final: the answer")
+    thought = c.thought(run)
     c.message(
-        "assistant",
-        "Thought: done\nAction: final: the answer",
-        run=run,
-        kind="step",
-        metadata={"step_id": str(c.steps[-1].id)},
+        "assistant", "Thought: done\nAction: final: the answer", run=run, kind="step", step=thought
     )
     c.answer(run)
     return run
@@ -280,27 +273,50 @@ def completed_agent_run(c: Conversation, request_id: str = "r1") -> AgentRun:
 # --- entries --------------------------------------------------------------------------------------
 
 
-def test_a_finished_agent_run_reads_in_stored_order_with_its_calls_merged_into_its_messages():
+def test_a_finished_agent_run_reads_in_step_order_each_step_with_its_message():
     c = Conversation()
     run = completed_agent_run(c)
     view = c.view()
-    assert labels(view) == ["User", "Model · Tools", "Tool · search_docs", "Model", "Model"]
-    assert [e.sequence for e in entries(view)] == [1, 2, 3, 4, 5]
-    model_call, tool_call = entries(view)[1:3]
-    thought, action, result = c.steps[:3]
-    assert (model_call.key, model_call.id) == (f"call:{run.id}:model:{thought.id}", str(thought.id))
-    assert (tool_call.key, tool_call.id) == (f"call:{run.id}:tool:{action.id}", str(action.id))
+    assert labels(view) == [
+        "User",
+        "Memory · short-term memory",
+        "Memory · long-term memory",
+        "Model · Tools",
+        "Tool · search_docs",
+        "Model",
+        "Answer",
+    ]
+    goal, _, long_term, thought, action, result, _, response = c.steps
+    assert keys(view) == [
+        f"step:{goal.id}",
+        f"step:{c.steps[1].id}",
+        f"step:{long_term.id}",
+        f"step:{thought.id}",
+        f"step:{action.id}",
+        f"step:{c.steps[6].id}",
+        f"step:{response.id}",
+    ]
+    assert entries(view)[0].id == str(run.id)  # the goal step's id is the run's
+    assert [e.sequence for e in entries(view)] == [1, None, 2, 3, 4, 5, 6]
+    request, short, memory, model_call, tool_call, _, answer = entries(view)
+    assert request.summary == "question"
+    assert (short.summary, short.raw.keys()) == ("0 earlier turns", {"step"})
+    assert memory.summary == "Long-term memory: likes tea"
+    assert model_call.summary == "Thought: go Action: tool:search_docs"
     assert set(model_call.raw) == {"message", "step"}
     assert set(tool_call.raw) == {"message", "action", "result"}
     assert tool_call.raw["result"]["id"] == str(result.id)
-    assert view.counts == {"all": 5, "user": 1, "model": 3, "tool": 1, "error": 0, "system": 0}
+    assert (answer.summary, answer.model, answer.role) == ("the answer", "fake-model", "assistant")
+    # Stored finished with a start but neither an end nor a duration: no span of their own.
+    assert [e.timed for e in entries(view)] == [False, False, False, True, True, True, False]
+    assert view.counts == {"all": 7, "user": 1, "model": 3, "tool": 1, "error": 0, "system": 2}
 
 
 def test_an_entry_carries_model_usage_times_in_utc_and_the_stored_duration_only():
     c = Conversation()
     completed_agent_run(c)
-    model_call, tool_call = entries(c.view())[1:3]
-    thought, action, _ = c.steps[:3]
+    model_call, tool_call = entries(c.view())[3:5]
+    thought, action = c.steps[3:5]
     assert model_call.model == "fake-model"
     assert model_call.usage == {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
     assert model_call.started_at == z(thought.started_at)
@@ -311,13 +327,12 @@ def test_an_entry_carries_model_usage_times_in_utc_and_the_stored_duration_only(
     assert tool_call.finished_at.endswith(".500000Z")
     # The stored duration, not finished - started (500 ms).
     assert tool_call.duration_ms == action.duration_ms == 40
-    assert (tool_call.model, tool_call.usage) == ("", None)
+    assert (tool_call.model, tool_call.usage, tool_call.step_seq) == ("", None, action.seq)
 
 
 def test_a_duration_is_never_computed_from_wall_clock_times():
     c = Conversation()
-    run = c.run("r1")
-    c.ask(run)
+    run = c.run()
     _, action, _ = c.iteration(run)
     assert action is not None
     action.duration_ms = None
@@ -327,58 +342,61 @@ def test_a_duration_is_never_computed_from_wall_clock_times():
 
 
 @pytest.mark.parametrize(
-    ("error", "observation", "arguments", "summary"),
+    ("error", "observation", "stored", "summary"),
     [
-        ("boom", "some output", {"query": "q"}, "boom"),
-        ("", "some\n  output", {"query": "q"}, "some output"),
-        ("", "", {"query": "q"}, '{"query": "q"}'),
+        ("boom", "some output", True, "boom"),
+        ("", "some\n  output", True, "some output"),
+        # Not in the transcript yet: the result's structured observation.
+        ("", {"stdout": "4\n", "exit_code": 0}, False, '{"exit_code": 0, "stdout": "4\\n"}'),
+        ("", "", True, '{"query": "q"}'),
     ],
 )
 def test_a_tool_call_summary_is_its_error_else_its_output_else_its_input(
-    error, observation, arguments, summary
+    error, observation, stored, summary
 ):
     c = Conversation()
-    run = c.run("r1")
-    c.ask(run)
-    c.iteration(run, error=error, observation=observation, arguments=arguments)
+    run = c.run()
+    c.iteration(run, error=error, observation=observation, store_messages=stored)
     tool_call = entries(c.view())[2]
     assert tool_call.summary == summary
     assert tool_call.status == ("failed" if error else "completed")
     assert tool_call.filters == (("tool", "error") if error else ("tool",))
 
 
-def test_labels_of_every_kind_of_entry():
+def test_a_tool_still_running_shows_its_action_and_arguments():
     c = Conversation()
-    history = c.message("user", "earlier, sent as history")
-    run = c.run("r1", status="failed", error="model down", error_code="llm_unavailable")
-    c.ask(run)
-    c.message("system", "Long-term memory: likes tea", run=run, kind="memory")
-    c.iteration(run, tool="execute_code")
-    view = c.view()
-    assert labels(view) == [
-        "User",
-        "User",
-        "System",
-        "Model · Tools",
-        "Tool · execute_code",
-        "Error",
-    ]
-    assert [e.role for e in entries(view)] == [
-        "user",
-        "user",
-        "system",
-        "assistant",
-        "tool",
-        "error",
-    ]
-    assert entries(view)[0].key == f"message:{history.id}"
-    error = entries(view)[-1]
-    assert (error.key, error.summary, error.status) == (
-        f"error:{run.id}",
-        "llm_unavailable: model down",
-        "failed",
+    run = c.run(status="running")
+    thought = c.thought(run)
+    action = c.step(
+        run,
+        "action",
+        parent=thought,
+        status="running",
+        name="execute_code",
+        data={"tool_name": "execute_code", "arguments": {"code": "print(4)"}},
+        started_at=at(c.clock),
     )
-    assert view.counts == {"all": 6, "user": 2, "model": 1, "tool": 1, "error": 1, "system": 1}
+    tool_call = entries(c.view())[-1]
+    assert (tool_call.key, tool_call.status, tool_call.summary) == (
+        f"step:{action.id}",
+        "running",
+        '{"code": "print(4)"}',
+    )
+    assert set(tool_call.raw) == {"action"}
+    assert entries(c.view())[1].label == "Model · Tools"
+
+
+def test_a_reply_the_loop_could_not_parse_is_a_model_call_and_a_failed_tool_call():
+    c = Conversation()
+    run = c.run()
+    thought, action, result = c.iteration(run, tool=None)
+    assert action is None
+    model_call, tool_call = entries(c.view())[1:]
+    assert (model_call.label, tool_call.label) == ("Model", "Tool · format")
+    assert (model_call.key, tool_call.key) == (f"step:{thought.id}", f"step:{result.id}")
+    assert tool_call.summary == "The reply has no Action."
+    assert tool_call.filters == ("tool", "error")
+    assert set(tool_call.raw) == {"message", "result"}
 
 
 def test_a_summary_is_one_line_of_at_most_200_characters():
@@ -390,202 +408,82 @@ def test_a_summary_is_one_line_of_at_most_200_characters():
     assert entry.summary.endswith("…")
 
 
-# --- de-duplication -----------------------------------------------------------------------------
+# --- failed, cancelled, running -----------------------------------------------------------------
 
 
-def with_a_live_run(*deltas: str) -> Conversation:
-    """A completed agent run, then a run in progress: asked, one iteration only in its events,
-    and ``deltas`` of its answer so far."""
+def test_a_failed_run_ends_with_its_error():
     c = Conversation()
-    completed_agent_run(c)
-    running = c.run("r2", status="running")
-    c.ask(running)
-    c.iteration(running, store_messages=False, event=True)
-    for text in deltas:
-        c.event(running, "delta", content=text)
-    return c
-
-
-def test_merging_is_idempotent_and_ignores_the_order_rows_come_in():
-    c = with_a_live_run("partial ", "answer")
-    once = debug_view_json(c.view())
-    twice = debug_view_json(
-        c.view(
-            messages=c.messages * 2,
-            runs=c.runs * 2,
-            steps=c.steps + c.steps,
-            events=c.events * 2,
-        )
-    )
-    assert twice == once
-    shuffled = random.Random(7)
-    rows = {name: list(getattr(c, name)) for name in ("messages", "runs", "steps", "events")}
-    for name in rows:
-        shuffled.shuffle(rows[name])
-    assert debug_view_json(c.view(**rows)) == once
-
-
-def test_entries_are_never_deduplicated_by_position_or_content():
-    c = Conversation()
-    for request_id in ("r1", "r2"):
-        run = c.run(request_id, text="hi")
-        c.ask(run)
-        c.answer(run, "hello")
+    run = c.run(status="failed", error="model down", error_code="llm_unavailable")
+    c.iteration(run, tool="execute_code")
     view = c.view()
-    assert summaries(view) == ["hi", "hello", "hi", "hello"]
-    assert len({e.key for e in entries(view)}) == 4
-
-
-def test_requests_sharing_a_request_id_stay_apart():
-    c = Conversation()
-    first, second = c.run("reused"), c.run("reused")
-    c.ask(first)
-    c.ask(second)
-    third = c.run("reused", status="queued")
-    c.message("user", "a message without a run", request_id="reused")
-    view = c.view()
-    assert [e.key for e in entries(view)] == [
-        "request:reused",
-        f"request:run:{second.id}",
-        f"message:{c.messages[2].id}",
-        f"request:run:{third.id}",
-    ]
-    assert [e.status for e in entries(view)] == ["completed", "completed", "completed", "queued"]
-
-
-def test_a_model_call_and_a_tool_call_sharing_an_operation_id_stay_two_entries():
-    c = Conversation()
-    run = c.run("r1")
-    c.ask(run)
-    thought, action, result = c.iteration(run, tool=None)
-    assert action is None
-    assert result.parent_id == thought.id
-    model_call, tool_call = entries(c.view())[1:]
-    assert (model_call.label, tool_call.label) == ("Model", "Tool · format")
-    assert model_call.id == tool_call.id == str(thought.id)
-    assert model_call.key != tool_call.key
-    assert tool_call.summary == "The reply has no Action."
-    assert tool_call.filters == ("tool", "error")
-
-
-@pytest.mark.parametrize(
-    ("stored", "live", "shown"),
-    [
-        (
-            "Thought: go\nAction: tool:search_docs",
-            "Thought: go",
-            "Thought: go Action: tool:search_docs",
-        ),
-        (
-            "Thought: go",
-            "Thought: go\nAction: tool:search_docs",
-            "Thought: go Action: tool:search_docs",
-        ),
-    ],
-)
-def test_a_stored_and_a_live_row_of_one_model_call_become_one_entry_the_fuller_winning(
-    stored, live, shown
-):
-    c = Conversation()
-    run = c.run("r1", status="running")
-    c.ask(run)
-    thought, _, _ = c.iteration(run, store_messages=False)
-    thought.data["action_raw"] = stored
-    c.event(run, "step", step_id=str(thought.id), action_raw=live, tool_name="search_docs")
-    view = c.view()
-    model_calls = [e for e in entries(view) if e.kind == "model"]
-    assert len(model_calls) == 1
-    assert model_calls[0].summary == shown
-    assert set(model_calls[0].raw) == {"step", "event"}
-    tool_calls = [e for e in entries(view) if e.kind == "tool"]
-    assert len(tool_calls) == 1
-    assert set(tool_calls[0].raw) == {"action", "result", "event"}
-
-
-def test_a_live_step_event_without_its_steps_shows_what_it_carries():
-    c = Conversation()
-    run = c.run("r1", status="running")
-    c.ask(run)
-    step_id = uuid.uuid4()
-    c.event(
-        run,
-        "step",
-        step_id=str(step_id),
-        action_raw="Thought: x\nAction: tool:execute_code",
-        tool_name="execute_code",
-        observation="4",
-        error=None,
-        started_at_ms=int(at(100).timestamp() * 1000),
+    assert labels(view) == ["User", "Model · Tools", "Tool · execute_code", "Error"]
+    error = entries(view)[-1]
+    assert (error.key, error.id, error.summary, error.status, error.role) == (
+        f"error:{run.id}",
+        str(run.id),
+        "llm_unavailable: model down",
+        "failed",
+        "error",
     )
-    _, model_call, tool_call = entries(c.view())
-    assert (model_call.label, model_call.started_at, model_call.status) == (
-        "Model · Tools",
-        "2025-03-01T12:01:40Z",
-        "completed",
-    )
-    assert (tool_call.label, tool_call.summary, tool_call.timed) == (
-        "Tool · execute_code",
-        "4",
-        False,
-    )
-    assert model_call.key == f"call:{run.id}:model:{step_id}"
-    assert tool_call.key == f"call:{run.id}:tool:{step_id}"
+    assert set(error.raw) == {"run"}
+    assert view.groups[0].status == "failed"
+    assert view.counts["error"] == 1
 
 
-def test_a_live_answer_shows_until_the_answer_message_is_stored():
+def test_a_cancelled_run_keeps_what_it_did_and_says_it_was_cancelled():
     c = Conversation()
-    run = c.run("r1", status="running", mode="chat")
-    c.ask(run)
-    c.event(run, "delta", content="Hello ")
-    c.event(run, "delta", content="world")
+    run = c.run(status="cancelled", error="Cancelled.")
+    c.iteration(run)
+    thought = c.thought(run)  # cancelled during the next model call: no message
     view = c.view()
-    assert labels(view) == ["User", "Model"]
-    live = entries(view)[-1]
-    assert (live.key, live.summary, live.status, live.model) == (
-        f"answer:{run.id}",
-        "Hello world",
-        "running",
-        "fake-model",
+    assert labels(view) == ["User", "Model · Tools", "Tool · search_docs", "Model", "Error"]
+    cut_short = entries(view)[3]
+    assert (cut_short.key, cut_short.summary, cut_short.sequence) == (
+        f"step:{thought.id}",
+        "thinking",
+        None,
     )
-    assert [e["seq"] for e in live.raw["events"]] == [1, 2]
-    c.answer(run, "Hello world")
-    view = c.view()
-    assert labels(view) == ["User", "Model"]
-    assert entries(view)[-1].key == f"message:{c.messages[-1].id}"
+    assert (entries(view)[-1].summary, entries(view)[-1].status) == ("Cancelled.", "cancelled")
+    assert not view.live
 
 
-# --- placement ------------------------------------------------------------------------------------
-
-
-def test_calls_without_messages_follow_the_request_in_step_order():
+def test_a_running_run_shows_its_steps_and_keeps_their_keys_once_its_messages_are_stored():
     c = Conversation()
-    run = c.run("r1", status="running")
-    c.ask(run)
-    c.message("system", "memory", run=run, kind="memory")
+    run = c.run(status="running", mode="agent")
+    c.memory(run)
     first = c.iteration(run, store_messages=False)
     second = c.iteration(run, tool="execute_code", store_messages=False)
-    view = c.view()
-    assert labels(view) == [
+    live = c.view()
+    assert live.live
+    assert live.groups[0].status == "running"
+    assert labels(live) == [
         "User",
-        "System",
+        "Memory · short-term memory",
+        "Memory · long-term memory",
         "Model · Tools",
         "Tool · search_docs",
         "Model · Tools",
         "Tool · execute_code",
     ]
-    assert [e.step_seq for e in entries(view)[2:]] == [
-        first[0].seq,
-        first[1].seq,  # type: ignore[union-attr]
-        second[0].seq,
-        second[1].seq,  # type: ignore[union-attr]
-    ]
-    assert [e.sequence for e in entries(view)] == [1, 2, None, None, None, None]
+    assert [e.sequence for e in entries(live)] == [1, None, None, None, None, None, None]
+    assert entries(live)[3].summary == "thinking"  # the step's thought until the transcript
+    assert entries(live)[0].status == "running"  # the goal step
+    # The run ends: its transcript and answer stored, the same entries gain their messages.
+    c.transcript(run, first[0], first[2])
+    c.transcript(run, second[0], second[2])
+    c.answer(run)
+    run.status = "completed"
+    done = c.view()
+    assert not done.live
+    assert keys(done)[:-1] == keys(live)
+    assert labels(done)[-1] == "Answer"
+    assert [e.sequence for e in entries(done)] == [1, None, None, 2, 3, 4, 5, 6]
+    assert entries(done)[3].summary == "Thought: go Action: tool:search_docs"
 
 
-def test_a_chat_runs_model_call_sits_between_the_question_and_the_answer():
+def test_a_running_run_whose_answer_is_not_stored_yet():
     c = Conversation()
-    run = c.run("r1", mode="chat")
-    c.ask(run)
+    run = c.run(status="running", mode="chat")
     call = c.step(
         run,
         "thought",
@@ -595,176 +493,171 @@ def test_a_chat_runs_model_call_sits_between_the_question_and_the_answer():
         started_at=at(10),
         duration_ms=70,
     )
-    c.answer(run, "hi there")
+    response = c.answer(run, store=False)
     view = c.view()
-    assert labels(view) == ["User", "Model", "Model"]
-    assert entries(view)[1].key == f"call:{run.id}:model:{call.id}"
-    assert entries(view)[1].summary == "chat"
-
-
-def test_a_call_without_its_message_goes_after_the_previous_call_of_its_run():
-    c = Conversation()
-    run = c.run("r1")
-    c.ask(run)
-    first = c.iteration(run, store_messages=False)
-    second = c.iteration(run, store_messages=False)
-    c.transcript(run, first[0], first[2])  # only the first iteration's messages are stored
-    c.answer(run)
-    del second
-    assert labels(c.view()) == [
-        "User",
-        "Model · Tools",
-        "Tool · search_docs",
-        "Model · Tools",
-        "Tool · search_docs",
-        "Model",
-    ]
-    assert [e.sequence for e in entries(c.view())] == [1, 2, 3, None, None, 4]
+    assert labels(view) == ["User", "Model", "Answer"]
+    model_call, answer = entries(view)[1:]
+    assert (model_call.key, model_call.summary) == (f"step:{call.id}", "chat")
+    assert (answer.key, answer.sequence, set(answer.raw)) == (f"step:{response.id}", None, {"step"})
+    assert view.live
 
 
 # --- groups ---------------------------------------------------------------------------------------
 
 
-def test_consecutive_entries_of_a_run_form_a_group_with_the_runs_stored_status():
+def test_runs_are_groups_in_the_order_they_were_created_with_their_stored_fields():
     c = Conversation()
-    first = completed_agent_run(c, "r1")
-    second = c.run("r2", status="failed", error="crashed", error_code="internal_error")
-    c.ask(second)
+    first = completed_agent_run(c)
+    second = c.run(status="failed", error="crashed", error_code="internal_error")
     c.iteration(second)
     view = c.view()
-    assert group_shape(view) == [("request:r1", 5), ("request:r2", 4)]
+    assert group_shape(view) == [(f"run:{first.id}", 7), (f"run:{second.id}", 4)]
     assert [g.run_id for g in view.groups] == [str(first.id), str(second.id)]
-    # The failed run's last message is a successful tool call; its status is the run's.
     assert view.groups[1].entries[-2].status == "completed"
-    assert view.groups[1].status == "failed"
-    assert view.groups[0].status == "completed"
+    assert (view.groups[1].status, view.groups[0].status) == ("failed", "completed")
     assert (view.groups[0].mode, view.groups[0].model, view.groups[0].trace_id) == (
         "agent",
         "fake-model",
         str(first.trace_id),
     )
+    assert view.groups[0].request_id == first.request_id
     assert view.groups[0].started_at == "2025-03-01T12:00:01.100000Z"
+    # The rows' own order does not matter.
+    shuffled = random.Random(7)
+    rows = {name: list(getattr(c, name)) for name in ("messages", "runs", "steps")}
+    for name in rows:
+        shuffled.shuffle(rows[name])
+    assert debug_view_json(c.view(**rows)) == debug_view_json(view)
 
 
-def test_an_unlinked_system_message_between_two_runs_forms_its_own_group():
+def test_two_runs_of_one_conversation_interleaved_in_time_stay_whole():
     c = Conversation()
-    completed_agent_run(c, "r1")
+    first, second = c.run(text="one"), c.run(text="two")
+    # Both ran at once: their steps and messages alternate in time and in sequence.
+    a = c.iteration(first, store_messages=False)
+    b = c.iteration(second, store_messages=False)
+    c.transcript(second, b[0], b[2])
+    c.transcript(first, a[0], a[2])
+    c.answer(second, "two done")
+    c.answer(first, "one done")
+    view = c.view()
+    assert group_shape(view) == [(f"run:{first.id}", 4), (f"run:{second.id}", 4)]
+    assert [e.summary for e in view.groups[0].entries] == [
+        "one",
+        "Thought: go Action: tool:search_docs",
+        '{"results": []}',
+        "one done",
+    ]
+    assert [e.summary for e in view.groups[1].entries][::3] == ["two", "two done"]
+    assert {e.run_id for e in view.groups[0].entries} == {str(first.id)}
+
+
+def test_messages_of_no_run_form_unlinked_groups_at_their_place():
+    c = Conversation()
+    history = c.message("user", "earlier, sent as history")
+    c.message("assistant", "an earlier answer")
+    first = completed_agent_run(c)
     note = c.message("system", "not from any run")
-    completed_agent_run(c, "r2")
+    second = completed_agent_run(c)
     view = c.view()
     assert group_shape(view) == [
-        ("request:r1", 5),
-        (f"unlinked:message:{note.id}", 1),
-        ("request:r2", 5),
+        (f"unlinked:{history.id}", 2),
+        (f"run:{first.id}", 7),
+        (f"unlinked:{note.id}", 1),
+        (f"run:{second.id}", 7),
     ]
-    assert (view.groups[1].run_id, view.groups[1].status) == (None, None)
+    assert (view.groups[0].run_id, view.groups[0].status) == (None, None)
+    assert labels(view)[:2] == ["User", "Answer"]
+    assert entries(view)[0].key == f"message:{history.id}"
+    assert labels(view)[9] == "System"
 
 
-def test_a_run_without_a_request_id_is_keyed_by_its_run_id():
+def test_a_message_whose_step_was_deleted_still_shows_at_its_place():
     c = Conversation()
-    run = c.run("")
-    c.ask(run)
-    assert group_shape(c.view()) == [(f"run:{run.id}", 1)]
-    assert entries(c.view())[0].key == f"request:run:{run.id}"
-
-
-def test_two_stretches_of_the_same_run_get_distinct_group_keys():
-    c = Conversation()
-    first, second = c.run("r1"), c.run("r2")
-    c.ask(first)
-    c.ask(second)  # the second request arrived while the first ran
-    c.answer(first)
-    c.answer(second)
-    view = c.view()
-    assert group_shape(view) == [
-        ("request:r1", 1),
-        ("request:r2", 1),
-        ("request:r1#2", 1),
-        ("request:r2#2", 1),
-    ]
-
-
-def test_a_run_with_no_messages_gets_its_group_without_moving_the_others():
-    c = Conversation()
-    completed_agent_run(c, "r1")
-    cancelled = c.run("r2", status="cancelled", error="Cancelled.")
-    completed_agent_run(c, "r3")
-    before = [e.key for e in entries(c.view()) if e.run_id != str(cancelled.id)]
-    view = c.view()
-    assert group_shape(view) == [("request:r1", 5), ("request:r2", 1), ("request:r3", 5)]
-    assert labels(view)[5] == "Error"
-    assert view.groups[1].status == "cancelled"
-    assert [e.key for e in entries(view) if e.run_id != str(cancelled.id)] == before
-
-
-def test_a_run_with_no_messages_but_calls_shows_them_in_its_group():
-    c = Conversation()
-    completed_agent_run(c, "r1")
-    cancelled = c.run("r2", status="cancelled", error="Cancelled.")
-    c.iteration(cancelled, store_messages=False)
-    view = c.view()
-    assert group_shape(view) == [("request:r1", 5), ("request:r2", 3)]
-    assert labels(view)[5:] == ["Model · Tools", "Tool · search_docs", "Error"]
-
-
-def test_a_queued_request_keeps_its_entry_and_group_key_when_its_run_arrives():
-    c = Conversation()
-    completed_agent_run(c, "r1")
-    queued = c.run("r2", status="queued", text="next question")
-    # Queued, its user message not stored yet.
-    view = c.view()
-    assert group_shape(view) == [("request:r1", 5), ("request:r2", 1)]
-    request = entries(view)[-1]
-    assert (request.key, request.label, request.summary, request.status, request.sequence) == (
-        "request:r2",
+    run = completed_agent_run(c)
+    thought = c.steps[3]
+    model_message = next(m for m in c.messages if m.step_id == thought.id)
+    # The step deleted (the key set null), or never linked (an old row).
+    model_message.step_id = None
+    steps = [s for s in c.steps if s.id != thought.id]
+    view = c.view(steps=steps)
+    assert labels(view) == [
         "User",
-        "next question",
-        "queued",
-        None,
+        "Memory · short-term memory",
+        "Memory · long-term memory",
+        "Model",
+        "Tool · search_docs",
+        "Model",
+        "Answer",
+    ]
+    lost = entries(view)[3]
+    assert (lost.key, lost.run_id, lost.sequence, lost.timed) == (
+        f"message:{model_message.id}",
+        str(run.id),
+        model_message.sequence,
+        False,
     )
-    assert set(request.raw) == {"request"}
-    assert view.live
-    # Its message stored, still queued: one entry.
-    c.ask(queued)
-    view = c.view()
-    assert group_shape(view) == [("request:r1", 5), ("request:r2", 1)]
-    assert (entries(view)[-1].key, entries(view)[-1].status) == ("request:r2", "queued")
-    assert set(entries(view)[-1].raw) == {"message", "request"}
-    # Running, then finished.
-    queued.status = "running"
-    c.iteration(queued, store_messages=False)
-    view = c.view()
-    assert group_shape(view) == [("request:r1", 5), ("request:r2", 3)]
-    assert (entries(view)[5].key, entries(view)[5].status) == ("request:r2", "completed")
-    queued.status = "completed"
-    c.answer(queued)
-    view = c.view()
-    assert group_shape(view) == [("request:r1", 5), ("request:r2", 4)]
-    assert not view.live
+    assert lost.summary == "Thought: go Action: tool:search_docs"
+    # A message naming a step that is not read joins nothing either.
+    model_message.step_id = uuid.uuid4()
+    assert keys(c.view(steps=steps)) == keys(view)
 
 
-def test_a_queued_run_created_before_another_goes_before_it():
+def test_two_messages_naming_one_step_both_show():
     c = Conversation()
-    queued = c.run("r1", status="queued")
-    later = c.run("r2", status="running")
-    c.ask(later)
+    run = c.run()
+    thought, _, _ = c.iteration(run)
+    again = c.message("assistant", "a copy", run=run, kind="step", step=thought)
     view = c.view()
-    assert group_shape(view) == [("request:r1", 1), ("request:r2", 1)]
-    assert view.groups[0].run_id == str(queued.id)
+    assert keys(view)[-1] == f"message:{again.id}"
+    assert len(entries(view)) == 4
 
 
-# --- size -----------------------------------------------------------------------------------------
-
-
-def test_two_thousand_calls_in_one_run_merge_into_one_group_in_order():
+def test_a_run_with_no_messages_gets_its_group_in_creation_order():
     c = Conversation()
-    run = c.run("r1", status="running")
-    c.ask(run)
+    first = completed_agent_run(c)
+    cancelled = AgentRun(
+        id=uuid.uuid4(),
+        trace_id=None,
+        request_id="",
+        mode="agent",
+        status="cancelled",
+        input="never asked",
+        model="fake-model",
+        error="Cancelled.",
+        error_code="",
+        created_at=c.tick(),
+    )
+    c.runs.append(cancelled)
+    third = completed_agent_run(c)
+    view = c.view()
+    assert group_shape(view) == [
+        (f"run:{first.id}", 7),
+        (f"run:{cancelled.id}", 1),
+        (f"run:{third.id}", 7),
+    ]
+    assert labels(view)[7] == "Error"
+
+
+def test_messages_of_a_run_not_read_yet_show_under_its_id():
+    c = Conversation()
+    first = completed_agent_run(c)
+    newer = c.run(status="running")
+    view = c.view(runs=[first])
+    assert group_shape(view) == [(f"run:{first.id}", 7), (f"run:{newer.id}", 1)]
+    assert (view.groups[1].status, entries(view)[-1].key) == (None, f"message:{c.messages[-1].id}")
+
+
+# --- size and shape -------------------------------------------------------------------------------
+
+
+def test_two_thousand_calls_in_one_run_join_into_one_group_in_order():
+    c = Conversation()
+    run = c.run(status="running")
     for index in range(1000):
-        # Half the transcript is stored, half only live: every source is merged.
-        c.iteration(run, store_messages=index < 500, event=index >= 250)
+        c.iteration(run, store_messages=index < 500)
     view = c.view()
-    assert group_shape(view) == [("request:r1", 2001)]
+    assert group_shape(view) == [(f"run:{run.id}", 2001)]
     calls = entries(view)[1:]
     assert [e.kind for e in calls] == ["model", "tool"] * 1000
     assert [e.step_seq for e in calls] == sorted(e.step_seq for e in calls)  # type: ignore[type-var]
@@ -772,7 +665,8 @@ def test_two_thousand_calls_in_one_run_merge_into_one_group_in_order():
 
 
 def test_the_json_view_is_plain_json():
-    c = with_a_live_run("so far")
+    c = Conversation()
+    completed_agent_run(c)
     body = debug_view_json(c.view())
     assert json.loads(json.dumps(body)) == body
     assert set(body) == {"conversation_id", "title", "live", "counts", "groups"}
@@ -790,3 +684,40 @@ def test_the_json_view_is_plain_json():
         "entries",
     }
     assert set(body["groups"][0]["entries"][0]) == set(DebugEntry.__dataclass_fields__)
+
+
+class Tags(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[tuple[str, dict[str, str | None]]] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append((tag, dict(attrs)))
+
+
+def test_hostile_text_is_escaped_in_the_panel_html():
+    hostile = '"><script>window.pwned = 1</script><img src=x onerror="window.pwned = 2">'
+    c = Conversation()
+    run = c.run(status="failed", error=hostile, text=hostile)
+    c.iteration(run, tool=hostile, observation=hostile)
+    view = c.view()
+    html = render_to_string(
+        "chat/_debug_panel.html",
+        {
+            "view": view,
+            "layout": panel_layout(view=view),
+            "view_json": debug_view_json(view),
+            "filters": [],
+            "panel_url": "/panel/",
+        },
+    )
+    parser = Tags()
+    parser.feed(html)
+    assert [attrs for tag, attrs in parser.tags if tag == "script"] == [
+        {"id": "dbg-data", "type": "application/json"}
+    ]
+    assert not [tag for tag, attrs in parser.tags if tag == "img" or "onerror" in attrs]
+    assert "&lt;script&gt;window.pwned = 1&lt;/script&gt;" in html
+    start = html.index('<script id="dbg-data" type="application/json">')
+    data = json.loads(html[html.index(">", start) + 1 : html.index("</script>", start)])
+    assert data == debug_view_json(view)

@@ -17,7 +17,7 @@ from django.urls import reverse
 
 from agent.knowledge.ingest import ingest_paths
 from agent.models import AgentRun
-from agent.runs import run_create
+from agent.services import run_create
 from chat.models import Conversation
 from chat.views import DEBUG_MODE_SESSION_KEY
 from tests.agent.test_agent_api import post

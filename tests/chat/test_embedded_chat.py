@@ -45,7 +45,7 @@ def test_a_new_user_chats_runs_code_and_finds_the_conversation(
     assert stream.status_code == HTTPStatus.OK
     assert (meta["agent"], meta["model"]) == (True, "offline")
     (step,) = [event for _, event in events if event["type"] == "step"]
-    assert json.loads(step["observation"].removeprefix("Observation: "))["stdout"] == "2\n"
+    assert step["observation"]["stdout"] == "2\n"
     assert events[-1][1]["status"] == "completed"
     assert [c["id"] for c in listed["conversations"]] == [meta["conversation_id"]]
     assert [m["role"] for m in shown["messages"]] == ["user", "assistant"]
@@ -71,6 +71,6 @@ def test_the_readme_offline_chat_example_runs_its_code(
     assert (events[0]["type"], events[0]["agent"]) == ("meta", True)
     steps = [event for event in events if event["type"] == "step"]
     assert [step["tool_name"] for step in steps] == ["execute_code"]
-    assert json.loads(steps[0]["observation"].removeprefix("Observation: "))["stdout"] == "5\n"
+    assert steps[0]["observation"]["stdout"] == "5\n"
     assert any(event["type"] == "delta" for event in events)
     assert events[-1] == {"type": "done", "run_id": events[0]["run_id"], "status": "completed"}

@@ -13,7 +13,7 @@ import pytest
 from agent.models import AgentRun
 from chat.markdown import render_markdown
 from chat.models import Message
-from chat.runs import chat_turn_start
+from chat.turns import chat_turn_start
 from tests.agent.test_agent_api import post
 
 

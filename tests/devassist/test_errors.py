@@ -12,7 +12,6 @@ from django.contrib.auth.models import User
 from django.test import Client, override_settings
 
 from devassist.services import api_token_create
-from traces.store import OrmTraceStore
 
 HEX_ID = re.compile(r"^[0-9a-f]{32}$")
 
@@ -123,10 +122,10 @@ def test_body_under_the_size_limit_is_accepted(api: Client) -> None:
 def test_unhandled_exception_is_a_500_envelope_without_traceback(
     user: User, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    async def broken(self: object, **kwargs: object) -> None:
+    def broken(**kwargs: object) -> None:
         raise RuntimeError("secret internals at /srv/app.py")
 
-    monkeypatch.setattr(OrmTraceStore, "list_traces", broken)
+    monkeypatch.setattr("traces.selectors.trace_list_for", broken)
     _, raw = api_token_create(user=user, name="t")
     client = Client(raise_request_exception=False, headers={"Authorization": f"Bearer {raw}"})
 

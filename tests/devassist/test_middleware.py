@@ -1,8 +1,9 @@
-"""The middleware chain under ASGI (the async path daphne runs), where sessions, CSRF,
-authentication and messages run their hooks in the event loop (devassist.middleware)."""
+"""The middleware chain under ASGI (the async path daphne runs): Django's own middleware, with
+DevAssist's request id and error envelope (devassist.middleware) outermost."""
 
 from __future__ import annotations
 
+import uuid
 from http import HTTPStatus
 
 import pytest
@@ -51,6 +52,37 @@ async def test_a_session_api_post_without_the_csrf_token_is_refused(user: User) 
 
     assert response.status_code == HTTPStatus.FORBIDDEN
     assert response.json()["error"]["code"] == "forbidden"
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("get", "/api/traces"),
+        ("post", "/agent"),
+        ("post", "/chat"),
+        ("get", "/chat/conversations"),
+        ("get", "/admin/agent-traces"),
+        ("get", "/api/collections"),
+        ("get", f"/api/runs/{uuid.uuid4()}"),
+    ],
+)
+async def test_every_api_route_answers_401_in_the_envelope_rather_than_redirecting(
+    method: str, path: str
+) -> None:
+    response = await getattr(AsyncClient(), method)(path)
+
+    assert response.status_code == HTTPStatus.UNAUTHORIZED
+    assert "Location" not in response
+    assert response.json()["error"]["code"] == "not_authenticated"
+    assert response.json()["request_id"] == response["X-Request-ID"]
+
+
+@pytest.mark.parametrize("path", ["/", "/traces/", f"/c/{uuid.uuid4()}/", "/api/docs"])
+async def test_pages_and_the_api_docs_send_anonymous_visitors_to_the_login_page(path: str) -> None:
+    response = await AsyncClient().get(path)
+
+    assert response.status_code == HTTPStatus.FOUND
+    assert response["Location"].startswith("/login/")
 
 
 async def test_pages_need_a_login_and_the_api_answers_401_itself() -> None:

@@ -140,8 +140,8 @@ def test_api_is_not_redirected_to_the_login_page(client: Client) -> None:
 
 @pytest.mark.django_db(transaction=True)
 async def test_security_headers_under_asgi() -> None:
-    """Security, common and clickjacking middleware run in the event loop under ASGI; their
-    headers and redirects must be what Django's own give."""
+    """Django's security, common and clickjacking middleware under ASGI: their headers and
+    redirects, with DevAssist's request id beside them."""
     import httpx
 
     from devassist.asgi import application

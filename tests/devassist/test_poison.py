@@ -22,7 +22,8 @@ from tests.conftest import token_client
 from tests.devassist.test_errors import assert_envelope, error_locations
 from tests.traces.factories import add, make_trace, step
 from traces.models import Step, Trace, TraceEvent
-from traces.store import MAX_DEPTH, StepCreate, get_trace_store
+from traces.selectors import MAX_DEPTH
+from traces.store import StepCreate, get_trace_store
 
 
 def nested(depth: int, leaf: Any = "leaf") -> Any:
@@ -406,12 +407,13 @@ def test_a_too_deep_subtree_is_kept_as_its_json_text(user: User) -> None:
 
 @pytest.mark.django_db
 def test_a_run_event_with_a_nul_is_stored_replaced(user: User) -> None:
-    from agent.events import _store_event
+    from agent.events import RunEvents
 
     run = AgentRun.objects.create(user=user, input="x")
-    row = RunEvent(run=run, seq=1, type="delta", payload={"type": "delta", "content": "\x00"})
+    events = RunEvents(run.id)
+    row = events._next("delta", {"content": "\x00"})
 
-    _store_event(row)
+    events._store_one(row)
 
     stored = RunEvent.objects.get(run=run)
     assert stored.payload == {"type": "delta", "content": REPLACEMENT, REPLACED_FLAG: True}

@@ -557,3 +557,16 @@ def test_null_texts_and_data_are_empty(api, user):
     cleared = patch(api, f"/api/traces/{trace.id}/steps/{step_id}", {"error": None, "name": None})
     assert cleared.status_code == HTTPStatus.OK
     assert (cleared.json()["error"], cleared.json()["name"]) == ("", "")
+
+
+def test_the_node_endpoint_reads_the_browsers_window_by_default(api, user):
+    from traces.selectors import CHILD_WINDOW
+
+    trace = make_trace(user)
+    root = step("goal")
+    add(trace, root, *[step("thought", parent=root) for _ in range(CHILD_WINDOW + 10)])
+
+    body = api.get(f"/api/traces/{trace.id}/node/{root.id}").json()
+
+    assert len(body["children"]) == CHILD_WINDOW
+    assert body["next_offset"] == CHILD_WINDOW

@@ -16,6 +16,7 @@ from devassist.follow import broadcast
 from devassist.services import api_token_create
 from tests.servers import daphne_server
 from tests.traces.factories import step
+from traces.selectors import trace_events_after
 from traces.store import OrmTraceStore, get_trace_store, group_name
 
 
@@ -135,15 +136,20 @@ async def test_gaps_are_filled_from_the_log_and_duplicates_dropped(user):
     communicator = watch(trace.id, await token_for(user))
     await connected(communicator)
 
-    # Two steps committed without a broadcast (as if their writer's broadcast were late) ...
-    await sync_to_async(store.add_steps_sync)(trace.id, [step("goal"), step("goal")])
+    # Two steps committed whose broadcast is lost (or late) ...
+    async def lost(group: str, message: dict[str, Any]) -> None:
+        pass
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("devassist.follow.broadcast", lost)
+        await store.add_steps(trace.id, [step("goal"), step("goal")])
     # ... then a third whose broadcast arrives first.
     await store.add_step(trace.id, step("goal"))
     received = [await communicator.receive_json_from() for _ in range(3)]
     assert [e["seq"] for e in received] == [1, 2, 3]
 
     # The late broadcast of seq 2 is a duplicate now.
-    late = (await store.events_after(trace.id, 1, limit=1))[0]
+    late = (await sync_to_async(trace_events_after)(trace_id=trace.id, after_seq=1, limit=1))[0]
     await broadcast(group_name(trace.id), {"type": "trace.event", "event": late})
     assert await communicator.receive_nothing()
     await communicator.disconnect()

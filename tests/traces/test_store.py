@@ -10,21 +10,21 @@ from channels.layers import get_channel_layer
 from django.contrib.auth.models import Group
 from django.db import connection, transaction
 
+from devassist.errors import BadRequest
 from tests.traces.factories import add, build_tree, make_trace, step
-from traces.models import Step, Trace, TraceEvent
-from traces.store import (
+from traces import selectors
+from traces.exceptions import (
     BatchTooLarge,
     InvalidCursor,
     InvalidParent,
     InvalidStep,
-    OrmTraceStore,
     StepIdConflict,
     StepNotFound,
     TraceNotFound,
     TraceNotRunning,
-    get_trace_store,
-    group_name,
 )
+from traces.models import Step, Trace, TraceEvent
+from traces.store import OrmTraceStore, get_trace_store, group_name
 
 
 def orm_store() -> OrmTraceStore:
@@ -180,7 +180,7 @@ def test_unknown_trace_and_step(user):
         add(Trace(id=uuid.uuid4()), step("goal"))
     trace = make_trace(user)
     with pytest.raises(StepNotFound):
-        async_to_sync(store.get_step)(trace.id, uuid.uuid4())
+        selectors.step_get(trace_id=trace.id, step_id=uuid.uuid4())
     with pytest.raises(StepNotFound):
         async_to_sync(store.update_step)(trace.id, uuid.uuid4(), {"name": "x"})
 
@@ -203,7 +203,7 @@ def test_event_log_records_every_change_in_seq_order(user):
     async_to_sync(store.update_step)(trace.id, root.id, {"status": "completed", "data": {"a": 1}})
     async_to_sync(store.complete_trace)(trace.id)
 
-    events = async_to_sync(store.events_after)(trace.id, 0)
+    events = selectors.trace_events_after(trace_id=trace.id, after_seq=0)
     assert [e["event"] for e in events] == [
         "step_added",
         "step_added",
@@ -219,16 +219,17 @@ def test_event_log_records_every_change_in_seq_order(user):
     assert "data" not in events[2]["updates"]
     assert events[3]["trace"]["status"] == "completed"
     assert events[1]["totals"]["total_steps"] == 2
-    assert async_to_sync(store.events_after)(trace.id, 2) == events[2:]
+    assert selectors.trace_events_after(trace_id=trace.id, after_seq=2) == events[2:]
 
 
-def test_subtree_windows_children_per_level(user):
-    store = orm_store()
+def test_node_windows_nest_children_per_level(user):
     trace = make_trace(user)
     build_tree(trace, depth=3, fanout=4)
     root = Step.objects.get(trace=trace, depth=0)
 
-    window = async_to_sync(store.get_subtree)(trace.id, root.id, max_depth=2, offset=1, limit=2)
+    window = selectors.node_window(
+        trace_id=trace.id, step_id=root.id, max_depth=2, offset=1, limit=2
+    )
     assert window.step is not None
     assert window.step["step_id"] == str(root.id)
     assert window.total_children == 4
@@ -239,48 +240,50 @@ def test_subtree_windows_children_per_level(user):
         assert all(g["children"] == [] for g in child["children"])
 
     trace.refresh_from_db()
-    top = async_to_sync(store.get_subtree)(trace.id, None, max_depth=1)
+    top = selectors.node_window(trace_id=trace.id, step_id=None, max_depth=1)
     assert top.step is None
     assert top.total_children == 1
     assert top.next_offset is None
 
 
-def test_get_children_and_tree(user):
-    store = orm_store()
+def test_children_windows_and_tree(user):
     trace = make_trace(user)
     build_tree(trace, depth=2, fanout=3)
     root = Step.objects.get(trace=trace, depth=0)
-    children, total = async_to_sync(store.get_children)(trace.id, root.id, offset=1, limit=5)
-    assert total == 3
-    assert [c.name for c in children] == ["n1", "n2"]
+    children = selectors.children_window(trace_id=trace.id, parent_id=root.id, offset=1, limit=5)
+    assert [c["name"] for c in children] == ["n1", "n2"]
+    firsts = selectors.first_children(
+        trace_id=trace.id, parent_ids=[c["step_id"] for c in children], limit=2
+    )
+    assert [len(group) for group in firsts.values()] == [2, 2]
 
-    tree = async_to_sync(store.get_tree)(trace)
+    tree = selectors.trace_tree(trace=trace)
     assert len(tree) == 1
     assert len(tree[0]["children"]) == 3
     assert all(len(c["children"]) == 3 for c in tree[0]["children"])
-    shallow = async_to_sync(store.get_tree)(trace, max_depth=2)
+    shallow = selectors.trace_tree(trace=trace, max_depth=2)
     assert all(c["children"] == [] for c in shallow[0]["children"])
 
 
-def test_list_traces_filters_and_paginates(user, other_user):
-    store = orm_store()
+def test_list_traces_filters_and_paginates(user, other_user, staff_user):
     made = [make_trace(user, task=f"task {i}", mode="call" if i % 2 else "agent") for i in range(5)]
     make_trace(other_user, task="someone else")
 
-    page = async_to_sync(store.list_traces)(user=user, limit=2)
+    page = selectors.trace_list_for(viewer=user, limit=2)
     assert [t.id for t in page.traces] == [made[4].id, made[3].id]
     seen = [t.id for t in page.traces]
     while page.next_cursor:
-        page = async_to_sync(store.list_traces)(user=user, limit=2, cursor=page.next_cursor)
+        page = selectors.trace_list_for(viewer=user, limit=2, cursor=page.next_cursor)
         seen += [t.id for t in page.traces]
     assert seen == [t.id for t in reversed(made)]
 
-    calls = async_to_sync(store.list_traces)(user=user, mode="call")
+    calls = selectors.trace_list_for(viewer=user, mode="call")
     assert {t.task for t in calls.traces} == {"task 1", "task 3"}
-    found = async_to_sync(store.list_traces)(user=None, q="ELSE")
+    found = selectors.trace_list_for(viewer=staff_user, q="ELSE")
     assert [t.task for t in found.traces] == ["someone else"]
+    assert selectors.trace_list_for(viewer=user, q="ELSE").traces == []
     with pytest.raises(InvalidCursor):
-        async_to_sync(store.list_traces)(user=user, cursor="!!not-a-cursor")
+        selectors.trace_list_for(viewer=user, cursor="!!not-a-cursor")
 
 
 @pytest.mark.django_db(transaction=True)
@@ -347,83 +350,94 @@ async def test_concurrent_async_writers_and_broadcast_in_commit_order(user):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_events_are_not_broadcast_before_commit(user):
+def test_events_are_broadcast_only_once_the_callers_transaction_commits(user, monkeypatch):
+    sent: list[tuple[str, dict]] = []
+
+    async def heard(group, message):
+        sent.append((group, message))
+
+    monkeypatch.setattr("devassist.follow.broadcast", heard)
     store = orm_store()
     trace = make_trace(user)
+    sent.clear()
+
     with transaction.atomic():
-        _, events = store.add_steps_sync(trace.id, [step("goal")])
-        assert events == []  # the outer transaction is still open
-    _, events = store.add_steps_sync(trace.id, [step("goal")])
-    assert [e["seq"] for e in events] == [2]
+        store.add_steps_sync(trace.id, [step("goal")])
+        Group.objects.create(name="the caller's row")
+        assert sent == []
+    assert [(group, m["event"]["seq"]) for group, m in sent] == [(group_name(trace.id), 1)]
+
+    def fail_after_the_steps() -> None:
+        with transaction.atomic():
+            store.add_steps_sync(trace.id, [step("goal")])
+            raise RuntimeError("the caller fails after the steps")
+
+    with pytest.raises(RuntimeError):
+        fail_after_the_steps()
+    assert len(sent) == 1
+    assert Step.objects.filter(trace=trace).count() == 1
+    assert TraceEvent.objects.filter(trace=trace).count() == 1
 
 
-def test_rows_of_other_apps_commit_with_the_steps_or_not_at_all(user):
+@pytest.mark.django_db(transaction=True)
+def test_a_failing_broadcast_is_logged_and_the_write_stands(user, monkeypatch):
+    async def broken(group, message):
+        raise ConnectionError("the channel layer is down")
+
+    monkeypatch.setattr("devassist.follow.broadcast", broken)
+    store = orm_store()
+    trace = make_trace(user)
+
+    added = store.add_steps_sync(trace.id, [step("goal")])
+
+    assert added.created == 1
+    assert TraceEvent.objects.filter(trace=trace).count() == 1
+
+
+def test_a_rejected_write_leaves_the_callers_transaction_usable(user):
     store = orm_store()
     trace = make_trace(user)
     root = step("goal")
 
-    async_to_sync(store.add_steps)(trace.id, [root], with_rows=[Group(name="with-the-step")])
-    with pytest.raises(InvalidParent):
-        async_to_sync(store.add_steps)(
-            trace.id,
-            [step("thought", parent=uuid.uuid4())],
-            with_rows=[Group(name="with-a-rejected-step")],
-        )
+    with transaction.atomic():
+        store.add_steps_sync(trace.id, [root])
+        with pytest.raises(InvalidParent):
+            store.add_steps_sync(trace.id, [step("thought", parent=uuid.uuid4())])
+        Group.objects.create(name="after the rejected batch")
 
-    assert list(Group.objects.values_list("name", flat=True)) == ["with-the-step"]
+    assert list(Group.objects.values_list("name", flat=True)) == ["after the rejected batch"]
     assert Step.objects.filter(trace=trace).count() == 1
 
 
-def test_a_batch_can_complete_the_trace_with_other_writes_or_not_at_all(user):
-    from devassist import db
-    from devassist.errors import BadRequest
-
+def test_a_batch_can_complete_the_trace_or_not_at_all(user):
     store = orm_store()
     trace = make_trace(user)
     root = step("goal", status="running")
     add(trace, root)
-    group = Group.objects.create(name="before")
-    group.name = "renamed with the trace's end"
-    rename = db.update_statement(group, ["name"])
 
     with pytest.raises(BadRequest):
-        async_to_sync(store.add_steps)(trace.id, [], with_writes=[rename], complete="running")
+        store.add_steps_sync(trace.id, [], complete="running")
     with pytest.raises(InvalidParent):
-        async_to_sync(store.add_steps)(
-            trace.id,
-            [step("thought", parent=uuid.uuid4())],
-            with_writes=[rename],
-            complete="completed",
-        )
-    assert Group.objects.get().name == "before"
+        store.add_steps_sync(trace.id, [step("thought", parent=uuid.uuid4())], complete="completed")
     assert Trace.objects.get(pk=trace.id).status == "running"
 
     answer = step("response", parent=root)
-    async_to_sync(store.add_steps)(
-        trace.id,
-        [answer],
-        updates={root.id: {"status": "completed"}},
-        with_rows=[Group(name="with the end")],
-        with_writes=[rename],
-        complete="completed",
+    store.add_steps_sync(
+        trace.id, [answer], updates={root.id: {"status": "completed"}}, complete="completed"
     )
     trace.refresh_from_db()
     assert (trace.status, trace.total_steps, trace.last_seq) == ("completed", 2, 4)
     assert trace.completed_at is not None
     assert trace.total_duration_ms is not None
-    events = async_to_sync(store.events_after)(trace.id, 1)
+    events = selectors.trace_events_after(trace_id=trace.id, after_seq=1)
     assert [(e["event"], e["seq"]) for e in events] == [
         ("step_added", 2),
         ("step_updated", 3),
         ("trace_completed", 4),
     ]
     assert events[-1]["trace"]["status"] == "completed"
-    assert sorted(Group.objects.values_list("name", flat=True)) == [
-        "renamed with the trace's end",
-        "with the end",
-    ]
     with pytest.raises(TraceNotRunning):
-        async_to_sync(store.add_steps)(trace.id, [], complete="failed")
+        store.add_steps_sync(trace.id, [], complete="failed")
 
 
 def test_a_batch_can_update_steps_in_the_same_transaction(user):
@@ -437,7 +451,7 @@ def test_a_batch_can_update_steps_in_the_same_transaction(user):
         trace.id, [result], updates={action.id: {"status": "failed", "duration_ms": 12}}
     )
     assert added.created == 1
-    events = async_to_sync(store.events_after)(trace.id, 2)
+    events = selectors.trace_events_after(trace_id=trace.id, after_seq=2)
     assert [(e["event"], e["seq"]) for e in events] == [("step_added", 3), ("step_updated", 4)]
     action_row = Step.objects.get(pk=action.id)
     assert (action_row.status, action_row.duration_ms) == ("failed", 12)
@@ -455,22 +469,21 @@ def test_a_batch_can_update_steps_in_the_same_transaction(user):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_batch_under_known_parents_is_written_without_looking_them_up(
-    user, django_assert_num_queries
-):
+def test_a_batch_is_written_in_the_same_queries_whatever_its_size(user, django_assert_num_queries):
     store = orm_store()
     trace = make_trace(user)
     root = step("goal")
-    async_to_sync(store.add_steps)(trace.id, [root])
+    store.add_steps_sync(trace.id, [root])
 
-    child = step("thought", parent=root)
-    # BEGIN, the lock (with the durability setting), the writes in one round trip (the
-    # ancestors' rollups, the steps, the events, the trace's counters), COMMIT: no lookup.
-    with django_assert_num_queries(4):
-        store.add_steps_sync(trace.id, [child])
+    # BEGIN, the lock, the lookup of re-sent ids and parents, the trace's counters, the
+    # ancestors' rollups, one INSERT of the steps, one of their events, COMMIT
+    with django_assert_num_queries(8):
+        store.add_steps_sync(trace.id, [step("thought", parent=root)])
+    with django_assert_num_queries(8):
+        store.add_steps_sync(trace.id, [step("thought", parent=root) for _ in range(500)])
 
-    stored = Step.objects.get(pk=child.id)
-    assert (stored.depth, stored.path, stored.parent_id) == (1, [1], root.id)
+    root_row = Step.objects.get(pk=root.id)
+    assert (root_row.children_count, root_row.subtree_steps) == (501, 502)
 
 
 @pytest.mark.django_db(transaction=True)

@@ -289,8 +289,8 @@ def test_a_big_trace_renders_a_bounded_skeleton_with_show_more(
     content = signed_in.get(f"/traces/{trace.id}/").content.decode()
 
     shown = rows(content)
-    assert len(shown) == 1 + selectors.WINDOW
-    assert f"show {1999 - selectors.WINDOW} more" in content
+    assert len(shown) == 1 + selectors.CHILD_WINDOW
+    assert f"show {1999 - selectors.CHILD_WINDOW} more" in content
     assert "data_preview" not in content
 
 
@@ -359,7 +359,7 @@ def test_a_deep_link_opens_the_path_to_a_step_six_levels_down(
     for ancestor in path[:-1]:
         assert re.search(rf'class="node[^"]* open" id="s-{ancestor.id}"', content)
     assert "show earlier steps" in content
-    assert len(shown) <= 1 + 6 * selectors.WINDOW
+    assert len(shown) <= 1 + 6 * selectors.CHILD_WINDOW
 
 
 def test_a_deep_link_uses_queries_in_proportion_to_depth_only(

@@ -1,6 +1,6 @@
 """Dense embeddings from any OpenAI-compatible ``/embeddings`` endpoint.
 
-The HTTP client (retries, batching, error mapping) is ``agent.llm.embeddings``, since only
+The HTTP client (batching, the SDK's retries, error mapping) is ``agent.llm.embeddings``, since only
 ``agent/llm/`` talks to a model; this backend adapts it to the ``Embeddings`` protocol and turns
 its ``LLMUnavailable`` / ``LLMTimeout`` into the ``EmbeddingsUnavailable`` the knowledge package
 handles (a timeout keeps its own code, ``embeddings_timeout``, and status 504).
@@ -39,7 +39,6 @@ class OpenAIEmbeddings:
         max_retries: int = 2,
         batch_size: int = 64,
         dimensions: int | None = None,
-        backoff_s: float = 0.5,
         **options: Any,
     ) -> None:
         del options
@@ -51,7 +50,6 @@ class OpenAIEmbeddings:
             max_retries=max_retries,
             batch_size=batch_size,
             dimensions=dimensions,
-            backoff_s=backoff_s,
         )
         # Shorter vectors of the same model are not comparable with full-length ones.
         suffix = f"@{self.client.dimensions}" if self.client.dimensions else ""

@@ -1,4 +1,4 @@
-"""Conversation memory: what a run remembers of the conversation it belongs to.
+"""Conversation memory: what a chat turn's run remembers of its conversation.
 
 - Short-term: the last ``short_term_turns`` turns (user messages and final answers) before the
   new message, read from the database, with an in-process LRU cache over
@@ -36,12 +36,9 @@ from django.db.models import Max
 
 from agent.knowledge.store import query_texts, upsert_texts
 from agent.llm.base import ChatMessage, LLMProvider
-from agent.models import MemorySummary
-from agent.slots import slot_released
-from chat.models import Message, MessageKind, MessageRole
+from chat.models import MemorySummary, Message, MessageKind, MessageRole
 from chat.selectors import turns_between, turns_through
-from devassist import db
-from devassist.storable import storable_json
+from devassist.connections import in_thread
 
 logger = structlog.get_logger(__name__)
 
@@ -210,7 +207,7 @@ async def recall(*, conversation_id: uuid.UUID, before_sequence: int, query: str
     short-term window, and the long-term facts nearest to ``query``. A failing long-term store
     gives no facts and its error; the database failing raises."""
     memory = short_term_memory()
-    window, cached = await db.in_thread(
+    window, cached = await in_thread(
         memory.window, conversation_id, through_sequence=before_sequence
     )
     config = memory_config()
@@ -219,13 +216,12 @@ async def recall(*, conversation_id: uuid.UUID, before_sequence: int, query: str
         # Every turn so far is in the window: none was ever summarised.
         return Recollection(turns=turns, cached=cached, searched=False)
     try:
-        async with slot_released():  # the long-term store, in a thread (or a server)
-            hits = await sync_to_async(query_texts, thread_sensitive=False)(
-                config.collection,
-                text=query,
-                n=config.recall_summaries,
-                where={"conversation_id": str(conversation_id)},
-            )
+        hits = await sync_to_async(query_texts, thread_sensitive=False)(
+            config.collection,
+            text=query,
+            n=config.recall_summaries,
+            where={"conversation_id": str(conversation_id)},
+        )
     except Exception as exc:
         logger.warning("memory_recall_failed", conversation_id=str(conversation_id), error=str(exc))
         return Recollection(turns=turns, cached=cached, error=_error_text(exc))
@@ -267,7 +263,7 @@ async def consolidate(
         conversation_id, through_sequence=through_sequence
     ):
         return None
-    pending = await db.in_thread(_pending_turns, conversation_id, config)
+    pending = await in_thread(_pending_turns, conversation_id, config)
     if len(pending) < config.summary_threshold:
         return None
     pending = pending[:SUMMARY_MAX_TURNS]
@@ -276,10 +272,9 @@ async def consolidate(
         facts = await summarise(pending, llm=llm, max_facts=config.max_facts)
         if not facts:
             return None
-        async with slot_released():  # the long-term store's write, in a thread
-            summary_id = await db.in_thread(
-                _store_summary, conversation_id, first, last, facts, llm.model, config
-            )
+        summary_id = await in_thread(
+            _store_summary, conversation_id, first, last, facts, llm.model, config
+        )
     except Exception as exc:
         logger.warning(
             "memory_consolidation_failed", conversation_id=str(conversation_id), error=str(exc)
@@ -340,7 +335,7 @@ def _store_summary(
             conversation_id=conversation_id,
             from_sequence=first,
             through_sequence=last,
-            facts=storable_json(facts)[0],  # the model's text, stored as written where it can be
+            facts=facts,
             model=model,
         )
         upsert_texts(

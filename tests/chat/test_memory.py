@@ -14,9 +14,10 @@ from typing import Any
 import pytest
 from django.db import connection
 
-import agent.memory
+import chat.memory
 from agent.llm import get_llm
-from agent.memory import (
+from agent.models import AgentRun
+from chat.memory import (
     MEMORY_PREFIX,
     ShortTermMemory,
     Turn,
@@ -25,8 +26,7 @@ from agent.memory import (
     memory_config,
     short_term_memory,
 )
-from agent.models import AgentRun, MemorySummary
-from chat.models import Conversation, Message, MessageKind, MessageRole
+from chat.models import Conversation, MemorySummary, Message, MessageKind, MessageRole
 from chat.services import NewMessage, conversation_create, messages_append
 from tests.servers import manage
 from traces.models import Step
@@ -239,7 +239,7 @@ async def test_consolidation_asks_the_database_only_when_turns_may_have_left_the
         asked.append(conversation_id)
         return []
 
-    monkeypatch.setattr(agent.memory, "_pending_turns", pending)
+    monkeypatch.setattr(chat.memory, "_pending_turns", pending)
     cache = short_term_memory()
     whole, full = uuid.uuid4(), uuid.uuid4()
     monkeypatch.setattr(
@@ -354,7 +354,7 @@ def test_long_term_memory_survives_a_process_restart(api, user, memory, knowledg
 
     code = (
         "import asyncio, uuid\n"
-        "from agent.memory import recall\n"
+        "from chat.memory import recall\n"
         f"r = asyncio.run(recall(conversation_id=uuid.UUID('{conversation.id}'), "
         "before_sequence=11, query='billing service'))\n"
         "print('\\n'.join(r.facts))\n"

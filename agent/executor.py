@@ -1,0 +1,198 @@
+"""Executing runs: each created run (``agent.services``) runs as a task of the event loop,
+independent of any HTTP connection, and is stopped by cancelling that task.
+
+This module owns the process's registry of running runs, their cancel relay (a cancel asked
+on another worker arrives on the channel layer) and their leases (``agent.leases``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from dataclasses import dataclass
+from http import HTTPStatus
+
+import structlog
+from asgiref.sync import ThreadSensitiveContext
+
+from agent.conversation import RunConversation
+from agent.events import RunEvents, run_control_group
+from agent.langfuse import langfuse_run_started
+from agent.leases import LeaseKeeper
+from agent.llm import get_llm
+from agent.llm.base import LLMTimeout, LLMUnavailable
+from agent.loop import AgentMaxIterations
+from agent.models import AgentRun, RunStatus
+from agent.modes import answer
+from agent.recorder import RunEnd, RunRecorder
+from devassist.connections import in_thread, release_connection
+from devassist.errors import ApiError
+from devassist.follow import GroupListener, LayerFailed
+
+logger = structlog.get_logger(__name__)
+
+
+@dataclass
+class _Local:
+    """A run executing in this process. It is cancelled at most once, and never while its end
+    is being stored (``stoppable``); a stop asked before its task began is ``pending``, seen
+    when it begins (a task cancelled before its first step would never store its end)."""
+
+    task: asyncio.Task[None]
+    began: bool = False
+    stoppable: bool = True
+    pending: bool = False
+
+
+_running: dict[uuid.UUID, _Local] = {}
+
+
+def run_start(
+    run: AgentRun,
+    *,
+    conversation: RunConversation | None = None,
+    collection: str | None = None,
+) -> asyncio.Task[None]:
+    """Execute ``run`` as a task of the running loop; it goes on when the caller goes away.
+    ``conversation``: the conversation the run answers in (its history, and where its
+    transcript goes); ``collection``: the knowledge collection a ``rag`` run answers from
+    (default: ``settings.KNOWLEDGE_DEFAULT_COLLECTION``). The task never raises: the run's
+    outcome is stored on the run."""
+    task = asyncio.get_running_loop().create_task(
+        _execute_apart(run, conversation, collection), name=f"run-{run.id}"
+    )
+    _running[run.id] = _Local(task)
+    task.add_done_callback(lambda _: _running.pop(run.id, None))
+    _lease_keeper.ensure_started()
+    return task
+
+
+def stop_local(run_id: uuid.UUID) -> asyncio.Task[None] | None:
+    """Cancel the run if it executes in this process (its model call, its tool, its loop);
+    returns its task, None when it is not this process's."""
+    local = _running.get(run_id)
+    if local is None:
+        return None
+    if local.stoppable:
+        local.stoppable = False
+        if local.began:
+            local.task.cancel()
+        else:
+            local.pending = True
+    return local.task
+
+
+def _stop_from_thread(run_id: uuid.UUID) -> None:
+    """``stop_local`` from another thread (the lease keeper's), on the run's own loop."""
+    local = _running.get(run_id)
+    if local is not None:
+        local.task.get_loop().call_soon_threadsafe(stop_local, run_id)
+
+
+#: This process's run leases (``agent.leases``): started with the server
+#: (``devassist.asgi``), or with the first run of a process that is not one.
+_lease_keeper = LeaseKeeper(local_runs=lambda: list(_running), stop=_stop_from_thread)
+
+
+def run_leases_start() -> None:
+    """Start this process's heartbeat: it renews its runs' leases and fails the runs of
+    workers that are gone, whether or not this process runs anything itself."""
+    _lease_keeper.ensure_started()
+
+
+#: The HTTP status of a run that failed, by its error code (anything else is 500).
+_FAILURE_STATUS = {
+    error.code: error.status for error in (AgentMaxIterations, LLMUnavailable, LLMTimeout)
+}
+
+
+async def run_outcome(run: AgentRun, task: asyncio.Task[None]) -> AgentRun:
+    """Wait for ``task`` (the run goes on if the caller goes away) and return the finished
+    run. A run that did not complete raises ``ApiError`` with its code (409
+    ``run_cancelled`` when cancelled) and the run, its trace and its conversation in
+    ``details``."""
+    await asyncio.shield(asyncio.wait([task]))
+    run = await AgentRun.objects.aget(pk=run.id)
+    if run.status == RunStatus.COMPLETED:
+        return run
+    cancelled = run.status == RunStatus.CANCELLED
+    details = {"run_id": str(run.id), "trace_id": str(run.trace_id)}
+    if run.conversation_id is not None:
+        details["conversation_id"] = str(run.conversation_id)
+    raise ApiError(
+        run.error or f"Run {run.status}.",
+        code="run_cancelled" if cancelled else run.error_code or "internal_error",
+        status=HTTPStatus.CONFLICT
+        if cancelled
+        else _FAILURE_STATUS.get(run.error_code, HTTPStatus.INTERNAL_SERVER_ERROR),
+        details=details,
+    )
+
+
+async def _execute_apart(
+    run: AgentRun, conversation: RunConversation | None, collection: str | None
+) -> None:
+    """``_execute`` with its synchronous work (database, sandbox) in a thread of its own, not
+    in the thread of the request that started it (which ends with the request), and its
+    connection back in the pool at the end."""
+    async with ThreadSensitiveContext():
+        try:
+            await _execute(run, conversation, collection)
+        finally:
+            await in_thread(release_connection)
+
+
+async def _execute(
+    run: AgentRun, conversation: RunConversation | None, collection: str | None
+) -> None:
+    local = _running[run.id]
+    local.began = True
+    watcher = asyncio.create_task(_watch_for_cancel(run.id))
+    recorder = RunRecorder(run, RunEvents(run.id, last_seq=1), get_llm())  # 1 is meta
+    structlog.contextvars.bind_contextvars(run_id=str(run.id), trace_id=str(run.trace_id))
+    try:
+        if local.pending:
+            raise asyncio.CancelledError
+        recorder.llm = await langfuse_run_started(run=run, llm=recorder.llm)
+        history = await conversation.history(run) if conversation is not None else []
+        text = await answer(
+            run, history=history, llm=recorder.llm, recorder=recorder, collection=collection
+        )
+        end = RunEnd(RunStatus.COMPLETED, output=text)
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            task.uncancel()  # handled: the run ends as cancelled, and its end is stored
+        end = RunEnd(RunStatus.CANCELLED, error="Cancelled.")
+    except ApiError as exc:
+        end = RunEnd(RunStatus.FAILED, error=exc.message, code=exc.code)
+    except Exception as exc:
+        logger.exception("agent_run_crashed")
+        end = RunEnd(
+            RunStatus.FAILED, error=f"Internal error: {type(exc).__name__}", code="internal_error"
+        )
+    local.stoppable = False
+    try:
+        await recorder.finish(end, conversation=conversation)
+    finally:
+        watcher.cancel()
+        with contextlib.suppress(BaseException):
+            await watcher  # retrieve its end, whatever the layer raised on the way out
+        structlog.contextvars.unbind_contextvars("run_id", "trace_id")
+
+
+async def _watch_for_cancel(run_id: uuid.UUID) -> None:
+    """Stops the run when another worker relays a cancel request. Without a channel layer
+    the stored request reaches the run on its worker's next heartbeat (``agent.leases``)."""
+    listener = GroupListener(run_control_group(run_id))
+    try:
+        await listener.join()
+        while True:
+            message = await listener.receive()
+            if message is not None and message.get("type") == "run.cancel":
+                stop_local(run_id)
+    except LayerFailed as exc:
+        logger.warning("run_cancel_watch_failed", run_id=str(run_id), error=str(exc))
+    finally:
+        await listener.leave()

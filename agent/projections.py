@@ -1,0 +1,84 @@
+"""The ``step`` event of a run, derived from the steps of its trace.
+
+One ReAct iteration is recorded as a ``thought`` step (the model call), its ``action`` child
+(the tool call) and the action's ``result`` (the tool's structured result); a reply the loop
+could not parse has its ``result`` right under the ``thought``, and a RAG run's retrieval is an
+``action`` under the goal with its ``result``. Each ``result`` step is one ``step`` event, in
+``seq`` order: the recorder sends it live from the steps it writes, and readers (the chat page,
+``POST /agent``, the staff listing) derive the same dicts from the stored rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any, Protocol
+
+
+class StepLike(Protocol):
+    """What the projection reads of a step: a stored ``Step`` or a ``StepCreate``."""
+
+    @property
+    def id(self) -> Any: ...
+    @property
+    def data(self) -> Any: ...
+    @property
+    def error(self) -> str: ...
+    @property
+    def started_at(self) -> datetime | None: ...
+    @property
+    def finished_at(self) -> datetime | None: ...
+
+
+def step_event(
+    index: int, *, thought: StepLike | None, action: StepLike | None, result: StepLike
+) -> dict[str, Any]:
+    """The ``step`` event of one iteration (ARCHITECTURE.md §4): ``observation`` is the
+    result step's structured result; times are epoch milliseconds, from the thought's start
+    (the action's, without one) to the result's end."""
+    thought_data = _data(thought)
+    action_data = _data(action)
+    first = thought if thought is not None else action if action is not None else result
+    started = _ms(first.started_at)
+    finished = _ms(result.finished_at) or started
+    return {
+        "type": "step",
+        "step_index": index,
+        "step_id": str(first.id),
+        "thought": str(thought_data.get("thought", "")),
+        "action_raw": str(thought_data.get("action_raw", "")),
+        "tool_name": action_data.get("tool_name"),
+        "tool_args": action_data.get("arguments"),
+        "observation": _data(result).get("result"),
+        "error": result.error or None,
+        "started_at_ms": started,
+        "finished_at_ms": finished,
+        "latency_ms": max(0, finished - started),
+    }
+
+
+def step_events_of(steps: Iterable[Any]) -> list[dict[str, Any]]:
+    """The ``step`` events of one trace's stored steps (any order; ``Step`` rows with ``id``,
+    ``parent_id``, ``seq``, ``step_type``, ``data``, ``error``, ``started_at``,
+    ``finished_at``)."""
+    rows = sorted(steps, key=lambda step: step.seq)
+    by_id = {step.id: step for step in rows}
+    events: list[dict[str, Any]] = []
+    for step in rows:
+        if step.step_type != "result":
+            continue
+        parent = by_id.get(step.parent_id)
+        action = parent if parent is not None and parent.step_type == "action" else None
+        above = by_id.get(action.parent_id) if action is not None else parent
+        thought = above if above is not None and above.step_type == "thought" else None
+        events.append(step_event(len(events) + 1, thought=thought, action=action, result=step))
+    return events
+
+
+def _data(step: StepLike | None) -> dict[str, Any]:
+    data = step.data if step is not None else None
+    return data if isinstance(data, dict) else {}
+
+
+def _ms(moment: datetime | None) -> int:
+    return int(moment.timestamp() * 1000) if moment is not None else 0

@@ -1,0 +1,168 @@
+"""The trace browser's query strings, parsed by forms.
+
+The browser never answers a malformed parameter with an error: a value that does not parse is
+dropped, with a notice saying which and why (``TraceFilters.notices``), and a malformed offset
+or step id reads as none. The REST API parses its own query strings with its schemas
+(``traces.api``), which answer 422 instead.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import date
+from typing import Any
+
+from django import forms
+from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
+from django.http import QueryDict
+
+from traces.exceptions import InvalidCursor
+from traces.models import TraceMode, TraceStatus
+from traces.selectors import decode_cursor
+
+#: Offsets and seqs from query strings are clamped below what a bigint holds.
+MAX_QUERY_INT = 2**62
+
+
+@dataclass(frozen=True)
+class TraceFilters:
+    """The list's filters, each already checked; ``notices`` say which parameters were
+    ignored and why."""
+
+    mode: str = ""
+    status: str = ""
+    agent_type: str = ""
+    user: str = ""
+    q: str = ""
+    since: date | None = None
+    until: date | None = None
+    cursor: str = ""
+    notices: tuple[str, ...] = ()
+
+    def criteria(self) -> dict[str, Any]:
+        """The filters as ``selectors.trace_list_for`` takes them."""
+        return {
+            "mode": self.mode,
+            "status": self.status,
+            "agent_type": self.agent_type,
+            "user": self.user,
+            "q": self.q,
+            "since": self.since,
+            "until": self.until,
+            "cursor": self.cursor,
+        }
+
+    def query(self, **changes: Any) -> dict[str, str]:
+        """The filters as query parameters (without the cursor unless given)."""
+        values = {
+            "mode": self.mode,
+            "status": self.status,
+            "agent_type": self.agent_type,
+            "user": self.user,
+            "q": self.q,
+            "since": self.since.isoformat() if self.since else "",
+            "until": self.until.isoformat() if self.until else "",
+        }
+        values.update(changes)
+        return {name: value for name, value in values.items() if value}
+
+
+def _choices(values: list[str]) -> dict[str, Any]:
+    # The message leaves the value out: it may hold characters a page should not show.
+    return {
+        "choices": [(value, value) for value in values],
+        "required": False,
+        "error_messages": {"invalid_choice": f"not one of {', '.join(values)}."},
+    }
+
+
+class TraceFilterForm(forms.Form):
+    """The trace list's filters (``/traces/?...``). ``user`` is for staff only. CharFields
+    refuse NUL, which PostgreSQL text cannot hold and no stored value contains."""
+
+    mode = forms.ChoiceField(**_choices(TraceMode.values))
+    status = forms.ChoiceField(**_choices(TraceStatus.values))
+    agent_type = forms.CharField(max_length=100, required=False)
+    user = forms.CharField(max_length=150, required=False)
+    q = forms.CharField(max_length=500, required=False)
+    since = forms.DateField(required=False, input_formats=["%Y-%m-%d"])
+    until = forms.DateField(required=False, input_formats=["%Y-%m-%d"])
+    cursor = forms.CharField(max_length=200, required=False)
+
+    def __init__(self, data: QueryDict, *, staff: bool) -> None:
+        super().__init__(data)
+        self.staff = staff
+
+    def clean_user(self) -> str:
+        user: str = self.cleaned_data["user"]
+        if user and not self.staff:
+            raise ValidationError("only staff see other people's traces.")
+        return user
+
+    def clean_cursor(self) -> str:
+        cursor: str = self.cleaned_data["cursor"]
+        if cursor:
+            try:
+                decode_cursor(cursor)
+            except InvalidCursor as exc:
+                raise ValidationError("it is not one this page gave; showing the newest.") from exc
+        return cursor
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        since, until = cleaned.get("since"), cleaned.get("until")
+        if since and until and since > until:
+            cleaned["since"] = cleaned["until"] = None
+            raise ValidationError("Ignored the time range: 'since' is after 'until'.")
+        return cleaned
+
+    def filters(self) -> TraceFilters:
+        """The filters that parsed, with a notice for each parameter that did not."""
+        self.is_valid()
+        notices = [
+            str(message) if name == NON_FIELD_ERRORS else f"Ignored {name}: {message}"
+            for name, messages in self.errors.items()
+            for message in messages
+        ]
+        values = {name: self.cleaned_data.get(name) for name in self.fields}
+        return TraceFilters(
+            mode=values["mode"] or "",
+            status=values["status"] or "",
+            agent_type=values["agent_type"] or "",
+            user=values["user"] or "",
+            q=values["q"] or "",
+            since=values["since"],
+            until=values["until"],
+            cursor=values["cursor"] or "",
+            notices=tuple(notices),
+        )
+
+
+def trace_filters(params: QueryDict, *, staff: bool) -> TraceFilters:
+    """The list filters of a query string (``TraceFilterForm``)."""
+    return TraceFilterForm(params, staff=staff).filters()
+
+
+class TreeQueryForm(forms.Form):
+    """The parameters of the trace page and its fragments: ``step`` (a step id), ``offset``
+    (a window's first child), ``after`` (a seq). A malformed value reads as none: a step id as
+    None, a number as 0; numbers are clamped to 0..``MAX_QUERY_INT``."""
+
+    step = forms.UUIDField(required=False)
+    offset = forms.IntegerField(required=False)
+    after = forms.IntegerField(required=False)
+
+    def step_id(self) -> uuid.UUID | None:
+        self.is_valid()
+        step_id: uuid.UUID | None = self.cleaned_data.get("step")
+        return step_id
+
+    def number(self, name: str) -> int:
+        self.is_valid()
+        return min(max(0, self.cleaned_data.get(name) or 0), MAX_QUERY_INT)
+
+
+def parse_step_id(value: str) -> uuid.UUID | None:
+    """A step id from a path or a list parameter; None when malformed."""
+    return TreeQueryForm({"step": value}).step_id()
