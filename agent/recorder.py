@@ -50,6 +50,8 @@ class _OpenIteration:
     """The iteration being recorded: its model call and, once the tool started, its call."""
 
     thought: StepCreate
+    #: Whether the thought is stored (a reply that calls a tool is stored with the call).
+    stored: bool = False
     action: StepCreate | None = None
     tool_started: float = 0.0  # monotonic
 
@@ -94,7 +96,10 @@ class RunRecorder:
         )
         self._open = _OpenIteration(thought)
         self.transcript.append(TranscriptEntry("assistant", response.content, thought.id))
-        await self._write([thought])
+        if parsed.action is None:
+            await self._write([thought])
+            self._open.stored = True
+        # A reply that calls a tool is stored with its call, as the tool starts (next).
 
     async def tool_started(self, iteration: Iteration) -> None:
         assert self._open is not None
@@ -107,7 +112,8 @@ class RunRecorder:
             started_at=timezone.now(),
         )
         self._open.action, self._open.tool_started = action, time.monotonic()
-        await self._write([action])
+        await self._write([self._open.thought, action])
+        self._open.stored = True
 
     async def iteration_finished(self, iteration: Iteration) -> None:
         opened, self._open = self._open, None
@@ -257,6 +263,11 @@ class RunRecorder:
         then, in one transaction, the run's status, its last events (``error``, ``done``) and
         its trace's end. Never raises, so a failing run still records its failure."""
         try:
+            if self._open is not None and not self._open.stored:
+                # A reply that called a tool the run never started (the last "answer now"
+                # call): stored before the transcript that points at it.
+                await self._write([self._open.thought])
+                self._open.stored = True
             updates: dict[uuid.UUID, dict[str, Any]] = {}
             if self._open is not None and self._open.action is not None:
                 # A tool call cut short (a cancelled run, a failed one) ends with the run.
@@ -353,6 +364,10 @@ class RunRecorder:
         run_fields: dict[str, Any],
     ) -> None:
         assert self.run.trace_id is not None
+        if not events and not run_fields:
+            # Steps alone: the store's own transaction (no savepoint inside one of ours).
+            self.store.add_steps_sync(self.run.trace_id, steps, updates, complete=complete)
+            return
         with transaction.atomic():
             if steps or updates or complete is not None:
                 self.store.add_steps_sync(self.run.trace_id, steps, updates, complete=complete)

@@ -196,7 +196,7 @@ def prepare_user() -> tuple[Any, str]:
 
     from agent.models import AgentRun, RunEvent
     from devassist.models import ApiToken
-    from devassist.services import api_token_create
+    from devassist.tokens import api_token_create
     from traces.models import Step, Trace, TraceEvent
 
     user, _ = User.objects.get_or_create(username=BENCH_USERNAME)

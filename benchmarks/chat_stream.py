@@ -179,7 +179,7 @@ def prepare_token() -> str:
     from django.contrib.auth.models import User
 
     from devassist.models import ApiToken
-    from devassist.services import api_token_create
+    from devassist.tokens import api_token_create
 
     user, _ = User.objects.get_or_create(username=BENCH_USERNAME)
     user.conversations.all().delete()

@@ -272,7 +272,7 @@ def build_trace(step_count: int, seed: int) -> BenchTrace:
     from django.db import connection
     from django.db.models import Max
 
-    from devassist.services import api_token_create
+    from devassist.tokens import api_token_create
     from traces.models import Step
     from traces.store import get_trace_store
 

@@ -29,7 +29,7 @@ from agent.selectors import run_steps
 from agent.services import run_create, run_create_sync
 from chat.memory import consolidate, long_term_message, recall, short_term_memory
 from chat.models import Message, MessageKind, MessageRole
-from chat.routing import Route, choose_route
+from chat.route_choice import Route, choose_route
 from chat.selectors import conversation_locked_for
 from chat.services import NewMessage, conversation_create, messages_append, messages_build
 from devassist.connections import in_thread
@@ -109,7 +109,7 @@ async def chat_turn_start(
     tools: list[str] | None = None,
     request_id: str = "",
 ) -> ChatTurn:
-    """Route ``message`` (``chat.routing``) and start its run in the conversation.
+    """Route ``message`` (``chat.route_choice``) and start its run in the conversation.
 
     With ``conversation_id`` the conversation's own turns are the history and ``history`` is
     ignored; without it a new conversation is created holding ``history``. ``tools`` limits an

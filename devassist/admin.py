@@ -5,7 +5,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from devassist.models import ApiToken
-from devassist.services import api_token_revoke
+from devassist.tokens import api_token_revoke
 
 
 @admin.register(ApiToken)

@@ -15,7 +15,7 @@ from ninja.errors import AuthenticationError
 from ninja.security import HttpBearer, SessionAuth
 
 from devassist.errors import Forbidden
-from devassist.services import api_token_authenticate
+from devassist.tokens import api_token_authenticate
 
 AUTHORIZATION = "Authorization"
 

@@ -11,7 +11,7 @@ from channels.security.websocket import OriginValidator
 from django.conf import settings
 from django.contrib.auth.models import AnonymousUser
 
-from devassist.services import api_token_authenticate
+from devassist.tokens import api_token_authenticate
 
 
 def bearer_token(headers: list[tuple[bytes, bytes]]) -> str | None:

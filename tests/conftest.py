@@ -16,7 +16,7 @@ from django.contrib.auth.models import User
 from django.db import connections
 from django.test import Client
 
-from devassist.services import api_token_create
+from devassist.tokens import api_token_create
 from sandbox.engine import docker_client
 from sandbox.health import docker_status
 from tests.browser import app_server, chromium, live_model, login, page, screenshot  # noqa: F401

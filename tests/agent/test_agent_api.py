@@ -13,7 +13,7 @@ import pytest
 from asgiref.sync import sync_to_async
 
 from agent.models import AgentRun, RunEvent
-from devassist.services import api_token_create
+from devassist.tokens import api_token_create
 from traces.models import Step, Trace
 
 README_MESSAGE = "你必须调用 execute_code 执行：print(1+1)"

@@ -26,7 +26,7 @@ from agent.tools.registry import Tool, ToolRegistry
 from devassist.asgi import application
 from devassist.channel_layer import RedisChannelLayer, redis_layer_config
 from devassist.follow import GroupListener
-from devassist.services import api_token_create
+from devassist.tokens import api_token_create
 from tests.conftest import post_as, require
 
 pytestmark = pytest.mark.django_db(transaction=True)

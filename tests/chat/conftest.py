@@ -7,7 +7,7 @@ from typing import Any
 import httpx
 from asgiref.sync import sync_to_async
 
-from devassist.services import api_token_create
+from devassist.tokens import api_token_create
 from tests.agent.conftest import fake_openai, guide, knowledge, scripted  # noqa: F401
 
 

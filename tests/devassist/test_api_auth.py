@@ -13,7 +13,7 @@ from django.test import Client
 from django.utils import timezone
 
 from devassist.models import ApiToken
-from devassist.services import (
+from devassist.tokens import (
     LAST_USED_RESOLUTION,
     TOKEN_PREFIX,
     api_token_authenticate,

@@ -17,7 +17,7 @@ from django.test import Client
 from agent.models import AgentRun
 from chat.models import Conversation
 from devassist.api import api
-from devassist.services import TOKEN_PREFIX, api_token_create, api_token_revoke
+from devassist.tokens import TOKEN_PREFIX, api_token_create, api_token_revoke
 from tests.devassist.test_api_auth import assert_not_authenticated
 from traces.models import Trace
 

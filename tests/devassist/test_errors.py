@@ -11,7 +11,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client, override_settings
 
-from devassist.services import api_token_create
+from devassist.tokens import api_token_create
 
 HEX_ID = re.compile(r"^[0-9a-f]{32}$")
 

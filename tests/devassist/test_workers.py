@@ -29,7 +29,7 @@ import pytest
 from django.contrib.auth.models import User
 from websockets.asyncio.client import connect
 
-from devassist.services import api_token_create
+from devassist.tokens import api_token_create
 from sandbox.backends.docker import LABEL_PID
 from sandbox.engine import docker_client
 from tests.agent.fake_openai import FakeOpenAI

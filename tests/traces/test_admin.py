@@ -12,7 +12,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from devassist.models import ApiToken
-from devassist.services import api_token_create
+from devassist.tokens import api_token_create
 from tests.traces.admin_pages import change_url, count_queries
 from traces.models import Step, Trace, TraceEvent
 from traces.store import StepCreate, get_trace_store

@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from devassist.services import api_token_create
+from devassist.tokens import api_token_create
 from tests.traces.factories import step
 from traces.models import Trace
 from traces.store import OrmTraceStore, StepCreate

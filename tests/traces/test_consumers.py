@@ -13,7 +13,7 @@ from django.db import connection
 
 from devassist.asgi import application
 from devassist.follow import broadcast
-from devassist.services import api_token_create
+from devassist.tokens import api_token_create
 from tests.servers import daphne_server
 from tests.traces.factories import step
 from traces.selectors import trace_events_after

@@ -5,7 +5,7 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from devassist.services import api_token_create
+from devassist.tokens import api_token_create
 
 
 class Command(BaseCommand):

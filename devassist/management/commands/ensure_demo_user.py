@@ -7,7 +7,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 
-from devassist.services import demo_user_ensure
+from devassist.tokens import demo_user_ensure
 
 
 class Command(BaseCommand):

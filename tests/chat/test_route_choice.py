@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from chat.routing import choose_route
+from chat.route_choice import choose_route
 
 
 @pytest.mark.parametrize(
