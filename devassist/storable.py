@@ -162,54 +162,45 @@ def storable_json_value(value: Any) -> Any:
     return stored
 
 
+def storable_value(field: models.Field[Any, Any], value: Any) -> Any:
+    """``value`` as ``field`` stores it: a JSON field's made storable (``storable_json_value``),
+    text made storable (``storable_text``), anything else as it is."""
+    if isinstance(field, models.JSONField):
+        return storable_json_value(value)
+    return storable_text(value) if isinstance(value, str) else value
+
+
 def make_storable(instance: models.Model) -> None:
     """Replace in ``instance``'s text and JSON fields what the database cannot hold
-    (``storable_text``, ``storable_json_value``). Call it before the instance is saved, and
-    before anything is made from it, so that what is answered and broadcast is what is
-    stored."""
+    (``storable_value``). Call it before the instance is saved, and before anything is made
+    from it, so that what is answered and broadcast is what is stored."""
     for field in instance._meta.concrete_fields:
-        value = getattr(instance, field.attname)
-        if isinstance(field, models.JSONField):
-            setattr(instance, field.attname, storable_json_value(value))
-        elif isinstance(value, str):
-            setattr(instance, field.attname, storable_text(value))
+        setattr(instance, field.attname, storable_value(field, getattr(instance, field.attname)))
 
 
 class _Storable:
-    """Makes a field's value storable on every write: on insert and save the instance gets
-    the stored value too (so what is published or answered from it is what was stored);
-    ``QuerySet.update`` values are made storable on their way to the database."""
-
-    def storable(self, value: Any) -> Any:
-        raise NotImplementedError
+    """Makes a field's value storable on every write (``storable_value``): on insert and save
+    the instance gets the stored value too (so what is published or answered from it is what
+    was stored); ``QuerySet.update`` values are made storable on their way to the database."""
 
     def pre_save(self, model_instance: models.Model, add: bool) -> Any:
         value = super().pre_save(model_instance, add)  # type: ignore[misc]
-        stored = self.storable(value)
+        stored = storable_value(self, value)  # type: ignore[arg-type]
         if stored is not value:
             setattr(model_instance, self.attname, stored)  # type: ignore[attr-defined]
         return stored
 
     def get_prep_value(self, value: Any) -> Any:
-        return super().get_prep_value(self.storable(value))  # type: ignore[misc]
+        return super().get_prep_value(storable_value(self, value))  # type: ignore[misc,arg-type]
 
 
 class StorableJSONField(_Storable, models.JSONField):
-    """A ``JSONField`` for values programs wrote (``storable_json_value``)."""
-
-    def storable(self, value: Any) -> Any:
-        return storable_json_value(value)
+    """A ``JSONField`` for values programs wrote."""
 
 
 class StorableTextField(_Storable, models.TextField):
-    """A ``TextField`` for text programs wrote (``storable_text``)."""
-
-    def storable(self, value: Any) -> Any:
-        return storable_text(value) if isinstance(value, str) else value
+    """A ``TextField`` for text programs wrote."""
 
 
 class StorableCharField(_Storable, models.CharField):
-    """A ``CharField`` for text programs wrote (``storable_text``)."""
-
-    def storable(self, value: Any) -> Any:
-        return storable_text(value) if isinstance(value, str) else value
+    """A ``CharField`` for text programs wrote."""
