@@ -11,23 +11,27 @@ import asyncio
 import contextlib
 import uuid
 from dataclasses import dataclass
-from http import HTTPStatus
 
 import structlog
 from asgiref.sync import ThreadSensitiveContext
 
 from agent.conversation import RunConversation
 from agent.events import RunEvents, run_control_group
+from agent.exceptions import (
+    AgentMaxIterations,
+    LLMTimeout,
+    LLMUnavailable,
+    RunCancelled,
+    RunFailed,
+)
 from agent.langfuse import langfuse_run_started
 from agent.leases import LeaseKeeper
 from agent.llm import get_llm
-from agent.llm.base import LLMTimeout, LLMUnavailable
-from agent.loop import AgentMaxIterations
 from agent.models import AgentRun, RunStatus
 from agent.modes import answer
 from agent.recorder import RunEnd, RunRecorder
 from devassist.connections import in_thread, release_connection
-from devassist.errors import ApiError
+from devassist.exceptions import DomainError
 from devassist.follow import GroupListener, LayerFailed
 
 logger = structlog.get_logger(__name__)
@@ -101,33 +105,32 @@ def run_leases_start() -> None:
     _lease_keeper.ensure_started()
 
 
-#: The HTTP status of a run that failed, by its error code (anything else is 500).
-_FAILURE_STATUS = {
-    error.code: error.status for error in (AgentMaxIterations, LLMUnavailable, LLMTimeout)
+#: The error a failed run is reported as, by its stored code (anything else is ``RunFailed``
+#: with that code).
+_FAILURES: dict[str, type[DomainError]] = {
+    error.code: error for error in (AgentMaxIterations, LLMUnavailable, LLMTimeout)
 }
 
 
 async def run_outcome(run: AgentRun, task: asyncio.Task[None]) -> AgentRun:
     """Wait for ``task`` (the run goes on if the caller goes away) and return the finished
-    run. A run that did not complete raises ``ApiError`` with its code (409
-    ``run_cancelled`` when cancelled) and the run, its trace and its conversation in
-    ``details``."""
+    run. A run that did not complete raises ``RunCancelled``, or its failure's error (by its
+    stored code: ``LLMUnavailable``…, else ``RunFailed``), with the run, its trace and its
+    conversation in ``details``."""
     await asyncio.shield(asyncio.wait([task]))
     run = await AgentRun.objects.aget(pk=run.id)
     if run.status == RunStatus.COMPLETED:
         return run
-    cancelled = run.status == RunStatus.CANCELLED
     details = {"run_id": str(run.id), "trace_id": str(run.trace_id)}
     if run.conversation_id is not None:
         details["conversation_id"] = str(run.conversation_id)
-    raise ApiError(
-        run.error or f"Run {run.status}.",
-        code="run_cancelled" if cancelled else run.error_code or "internal_error",
-        status=HTTPStatus.CONFLICT
-        if cancelled
-        else _FAILURE_STATUS.get(run.error_code, HTTPStatus.INTERNAL_SERVER_ERROR),
-        details=details,
-    )
+    message = run.error or f"Run {run.status}."
+    if run.status == RunStatus.CANCELLED:
+        raise RunCancelled(message, details=details)
+    failure = _FAILURES.get(run.error_code)
+    if failure is not None:
+        raise failure(message, details=details)
+    raise RunFailed(message, code=run.error_code or None, details=details)
 
 
 async def _execute_apart(
@@ -165,7 +168,7 @@ async def _execute(
         if task is not None and task.cancelling():
             task.uncancel()  # handled: the run ends as cancelled, and its end is stored
         end = RunEnd(RunStatus.CANCELLED, error="Cancelled.")
-    except ApiError as exc:
+    except DomainError as exc:
         end = RunEnd(RunStatus.FAILED, error=exc.message, code=exc.code)
     except Exception as exc:
         logger.exception("agent_run_crashed")

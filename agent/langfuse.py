@@ -46,9 +46,10 @@ from opentelemetry import trace as otel_trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 
+from agent.exceptions import RunNotFound
 from agent.llm.base import ChatMessage, LLMChunk, LLMProvider, LLMResponse
 from agent.models import AgentRun, RunStatus
-from devassist.errors import Forbidden, NotFound
+from devassist.exceptions import Forbidden
 from traces.models import Step, StepStatus
 
 logger = structlog.get_logger(__name__)
@@ -601,5 +602,5 @@ async def run_get_for_langfuse(*, user: Any, run_id: uuid.UUID) -> AgentRun:
         raise Forbidden("Superusers only.")
     run = await AgentRun.objects.filter(pk=run_id, user=user).afirst()
     if run is None:
-        raise NotFound(f"Run {run_id} does not exist.", code="run_not_found")
+        raise RunNotFound(f"Run {run_id} does not exist.")
     return run

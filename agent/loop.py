@@ -16,25 +16,13 @@ import time
 from collections.abc import Sequence
 from contextlib import aclosing
 from dataclasses import dataclass
-from http import HTTPStatus
 from typing import Any, Protocol
 
+from agent.exceptions import AgentMaxIterations, ToolFailed, ToolInputInvalid, ToolResultInvalid
 from agent.llm.base import ChatMessage, LLMProvider, LLMResponse
 from agent.parser import FORMAT_REMINDER, OBSERVATION_STOP_SEQUENCES, ParsedReply, parse_reply
 from agent.prompt import ToolSpec, final_answer_prompt, observation_message, system_prompt
-from agent.tools.registry import (
-    ToolContext,
-    ToolFailed,
-    ToolInputInvalid,
-    ToolRegistry,
-    ToolResultInvalid,
-)
-from devassist.errors import ApiError
-
-
-class AgentMaxIterations(ApiError):
-    status = HTTPStatus.REQUEST_TIMEOUT
-    code = "agent_max_iterations"
+from agent.tools.registry import ToolContext, ToolRegistry
 
 
 @dataclass(frozen=True)

@@ -19,12 +19,11 @@ from django.utils import timezone
 
 from agent import executor
 from agent.events import run_control_group
-from agent.exceptions import AgentInputInvalid, RunFinished
+from agent.exceptions import AgentInputInvalid, RunFinished, RunNotYours, ToolNotFound
 from agent.leases import cancel_lost, worker_id
 from agent.llm import get_llm
 from agent.models import AgentRun, RunEvent, RunMode, RunStatus
-from agent.tools.registry import ToolNotFound, default_registry
-from devassist.errors import Forbidden
+from agent.tools.registry import default_registry
 from devassist.follow import broadcast
 from traces.models import StepStatus, Trace, TraceMode
 from traces.store import StepCreate, get_trace_store
@@ -142,9 +141,9 @@ async def run_cancel(*, user: Any, run: AgentRun) -> AgentRun:
     worker: the request travels on the channel layer, and is stored, so the run's own worker
     sees it on its next heartbeat if the relay cannot reach it; a run whose worker is gone is
     cancelled at once. Returns the run as it is after the request, finished when it stopped
-    within ``CANCEL_WAIT_S``. Raises ``Forbidden`` (someone else's run), ``RunFinished``."""
+    within ``CANCEL_WAIT_S``. Raises ``RunNotYours`` (someone else's run), ``RunFinished``."""
     if run.user_id != user.pk:
-        raise Forbidden("Only the user who started a run can cancel it.")
+        raise RunNotYours("Only the user who started a run can cancel it.")
     if run.is_finished:
         raise RunFinished(f"Run {run.id} is already {run.status}.", details={"status": run.status})
     await AgentRun.objects.filter(pk=run.id).aupdate(cancel_requested_at=timezone.now())

@@ -48,9 +48,8 @@ from itertools import groupby
 from typing import Any
 
 from agent.models import FINAL_RUN_STATUSES, AgentRun
+from chat.exceptions import ConversationNotFound, SuperuserRequired
 from chat.models import Conversation, Message, MessageKind, MessageRole
-from chat.selectors import ConversationNotFound
-from devassist.errors import Forbidden
 from traces.models import Step, StepStatus, StepType
 
 #: Filter buttons, in the order ``counts`` lists them.
@@ -116,10 +115,6 @@ STEP_FIELDS = (
     "cost",
     "created_at",
 )
-
-
-class SuperuserRequired(Forbidden):
-    code = "superuser_required"
 
 
 @dataclass(frozen=True)

@@ -11,13 +11,9 @@ from django.db.models import Exists, OuterRef, Q
 
 from agent.models import FINAL_RUN_STATUSES, AgentRun
 from agent.selectors import run_steps
+from chat.exceptions import ConversationNotFound, CursorInvalid, RunAnswerNotFound
 from chat.models import Conversation, Message, MessageKind, MessageRole
 from devassist.cursors import decode_cursor, encode_cursor
-from devassist.errors import BadRequest, NotFound
-
-
-class ConversationNotFound(NotFound):
-    code = "conversation_not_found"
 
 
 def conversation_get_for(*, user: Any, conversation_id: uuid.UUID) -> Conversation:
@@ -88,10 +84,6 @@ class ConversationPage:
 
     conversations: list[Conversation]
     next_cursor: str | None
-
-
-class CursorInvalid(BadRequest):
-    code = "cursor_invalid"
 
 
 def _encode_cursor(conversation: Conversation) -> str:
@@ -200,7 +192,3 @@ def run_answer_for(*, user: Any, run_id: uuid.UUID) -> tuple[AgentRun, Message |
         run=run, role=MessageRole.ASSISTANT, kind=MessageKind.TURN
     ).first()
     return run, answer
-
-
-class RunAnswerNotFound(NotFound):
-    code = "run_not_found"

@@ -12,17 +12,13 @@ from django.db import transaction
 from django.utils import timezone
 
 from agent.knowledge.store import delete_where
+from chat.exceptions import TitleInvalid
 from chat.memory import memory_config, short_term_memory
 from chat.models import Conversation, Message, MessageKind, MessageRole
-from devassist.errors import BadRequest
 
 logger = structlog.get_logger(__name__)
 
 TITLE_MAX_CHARS = 80
-
-
-class TitleInvalid(BadRequest):
-    code = "title_invalid"
 
 
 @dataclass(frozen=True)

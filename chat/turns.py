@@ -27,13 +27,13 @@ from agent.llm.base import ChatMessage, LLMProvider
 from agent.models import AgentRun, RunMode, RunStatus
 from agent.selectors import run_steps
 from agent.services import run_create, run_create_sync
+from chat.exceptions import ChatInputInvalid, MessageTooLarge
 from chat.memory import consolidate, long_term_message, recall, short_term_memory
 from chat.models import Message, MessageKind, MessageRole
 from chat.route_choice import Route, choose_route
 from chat.selectors import conversation_locked_for
 from chat.services import NewMessage, conversation_create, messages_append, messages_build
 from devassist.connections import in_thread
-from devassist.errors import BadRequest, PayloadTooLarge
 from traces.models import StepStatus
 from traces.store import StepCreate, get_trace_store
 
@@ -41,14 +41,6 @@ logger = structlog.get_logger(__name__)
 
 #: The longest message a chat turn accepts, in characters (longer ones are 413).
 MESSAGE_MAX_CHARS = 32_000
-
-
-class ChatInputInvalid(BadRequest):
-    code = "chat_input_invalid"
-
-
-class MessageTooLarge(PayloadTooLarge):
-    code = "message_too_large"
 
 
 @dataclass(frozen=True)
@@ -338,7 +330,7 @@ class ChatConversation:
 async def chat_turn_result(*, turn: ChatTurn) -> dict[str, Any]:
     """Wait for the turn's run (it goes on if the caller goes away) and return
     ``{conversation_id, run_id, trace_id, route, model, reply, steps, sources}``. A run that
-    did not complete raises ``ApiError`` with its code (409 when cancelled) and the run in
+    did not complete raises ``DomainError`` with its code (409 when cancelled) and the run in
     ``details``."""
     run = await run_outcome(turn.run, turn.task)
     steps = (await sync_to_async(run_steps)([run]))[run.id]

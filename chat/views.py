@@ -37,13 +37,11 @@ from agent.models import AgentRun
 from agent.sse import HEARTBEAT, sse_response
 from chat.debug import conversation_debug, debug_view_json
 from chat.debug_layout import panel_layout
+from chat.exceptions import ConversationNotFound, CursorInvalid, RunAnswerNotFound
 from chat.forms import ChatSendForm
 from chat.markdown import render_markdown
 from chat.models import Conversation, Message
 from chat.selectors import (
-    ConversationNotFound,
-    CursorInvalid,
-    RunAnswerNotFound,
     active_run_for,
     conversation_get_for,
     conversation_list_for,
@@ -53,7 +51,8 @@ from chat.selectors import (
 )
 from chat.services import conversation_delete, conversation_rename
 from chat.turns import chat_turn_start
-from devassist.errors import ApiError
+from devassist.api import http_status
+from devassist.exceptions import DomainError
 from devassist.htmx import HtmxHttpRequest
 from devassist.storable import MAX_INT
 
@@ -229,8 +228,8 @@ async def send_message(request: HtmxHttpRequest) -> HttpResponse:
             use_rag=use_rag,
             request_id=getattr(request, "request_id", ""),
         )
-    except ApiError as exc:
-        return _send_refused(request, text=text, error=exc.message, status=exc.status)
+    except DomainError as exc:
+        return _send_refused(request, text=text, error=exc.message, status=http_status(exc))
     run = turn.run
     if not request.htmx:
         return redirect("chat:conversation", run.conversation_id)
@@ -455,9 +454,10 @@ def debug_panel(request: HtmxHttpRequest, conversation_id: uuid.UUID) -> HttpRes
         return _debug_panel_refused(HTTPStatus.FORBIDDEN, "Debug mode is off.")
     try:
         view = conversation_debug(user=request.user, conversation_id=conversation_id)
-    except ApiError as exc:
-        message = "Not found." if exc.status == HTTPStatus.NOT_FOUND else exc.message
-        return _debug_panel_refused(exc.status, message)
+    except DomainError as exc:
+        status = http_status(exc)
+        message = "Not found." if status == HTTPStatus.NOT_FOUND else exc.message
+        return _debug_panel_refused(status, message)
     return render(
         request,
         "chat/_debug_panel.html",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from http import HTTPStatus
 from typing import Any
 
 import structlog
@@ -19,7 +20,21 @@ from ninja.errors import AuthenticationError, HttpError, ValidationError
 
 from devassist.auth import InvalidCredentials, api_auth
 from devassist.envelope import code_for_status, error_response
-from devassist.errors import ApiError
+from devassist.exceptions import (
+    Busy,
+    Conflict,
+    DomainError,
+    Forbidden,
+    Internal,
+    InvalidInput,
+    InvalidValue,
+    NotFound,
+    OutOfTime,
+    TooLarge,
+    Unavailable,
+    UpstreamFailed,
+    UpstreamTimeout,
+)
 from devassist.parser import StorableParser
 from devassist.responses import OrjsonRenderer
 from devassist.storable import storable_text
@@ -51,10 +66,37 @@ def _validation_details(errors: list[dict[str, Any]]) -> dict[str, Any]:
     return {"errors": cleaned}
 
 
-@api.exception_handler(ApiError)
-def _api_error(request: HttpRequest, exc: ApiError) -> HttpResponse:
+#: The one mapping from the kinds of domain error (``devassist.exceptions``) to HTTP.
+HTTP_STATUS_OF: dict[type[DomainError], HTTPStatus] = {
+    InvalidInput: HTTPStatus.BAD_REQUEST,
+    Forbidden: HTTPStatus.FORBIDDEN,
+    NotFound: HTTPStatus.NOT_FOUND,
+    OutOfTime: HTTPStatus.REQUEST_TIMEOUT,
+    Conflict: HTTPStatus.CONFLICT,
+    TooLarge: HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+    InvalidValue: HTTPStatus.UNPROCESSABLE_ENTITY,
+    Busy: HTTPStatus.TOO_MANY_REQUESTS,
+    Internal: HTTPStatus.INTERNAL_SERVER_ERROR,
+    UpstreamFailed: HTTPStatus.BAD_GATEWAY,
+    Unavailable: HTTPStatus.SERVICE_UNAVAILABLE,
+    UpstreamTimeout: HTTPStatus.GATEWAY_TIMEOUT,
+}
+
+
+def http_status(error: DomainError) -> HTTPStatus:
+    """The HTTP status of ``error``: that of the first kind in its class's MRO (an error that
+    is two kinds at once, such as ``EmbeddingsTimeout``, takes the one it names first)."""
+    for kind in type(error).__mro__:
+        status = HTTP_STATUS_OF.get(kind)
+        if status is not None:
+            return status
+    return HTTPStatus.INTERNAL_SERVER_ERROR
+
+
+@api.exception_handler(DomainError)
+def _domain_error(request: HttpRequest, exc: DomainError) -> HttpResponse:
     return error_response(
-        request, status=exc.status, code=exc.code, message=exc.message, details=exc.details
+        request, status=http_status(exc), code=exc.code, message=exc.message, details=exc.details
     )
 
 

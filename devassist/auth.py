@@ -14,7 +14,7 @@ from django.http import HttpRequest
 from ninja.errors import AuthenticationError
 from ninja.security import HttpBearer, SessionAuth
 
-from devassist.errors import Forbidden
+from devassist.exceptions import Forbidden
 from devassist.tokens import api_token_authenticate
 
 AUTHORIZATION = "Authorization"

@@ -35,6 +35,7 @@ from docker.errors import DockerException, ImageNotFound
 from docker.models.images import Image
 
 from sandbox.engine import docker_client
+from sandbox.exceptions import EngineUnavailable, ImageError
 
 logger = structlog.get_logger(__name__)
 
@@ -66,14 +67,6 @@ _SUITE_NAME = re.compile(r"^[a-z][a-z0-9-]*$")
 _ONE_LINE_ENTRY = re.compile(r"^(deb|deb-src)\s+(?:\[[^\]]*\]\s+)?(\S+)\s+(\S+)(.*)$")
 _CONFIG_INSTRUCTIONS = {"ENV", "WORKDIR", "USER", "CMD", "ENTRYPOINT", "LABEL", "STOPSIGNAL"}
 _DEBOOTSTRAP_SCHEMES = ("http://", "https://", "ftp://", "file:")
-
-
-class ImageError(Exception):
-    """The image cannot be built or inspected; the message says why and what to do."""
-
-
-class EngineUnavailable(ImageError):
-    """No Docker engine answered."""
 
 
 @dataclass(frozen=True)

@@ -7,34 +7,25 @@ import threading
 import uuid
 from dataclasses import dataclass
 from functools import lru_cache, partial
-from http import HTTPStatus
 from typing import Any
 
 import structlog
 from django.conf import settings
 
-from devassist.errors import ApiError, BadRequest, PayloadTooLarge
 from sandbox.backends import get_sandbox
-from sandbox.backends.base import ExecResult, SandboxUnavailable
+from sandbox.backends.base import ExecResult
+from sandbox.exceptions import (
+    DockerNotAvailable,
+    SandboxCodeBlocked,
+    SandboxCodeTooLarge,
+    SandboxUnavailable,
+)
 from sandbox.scanner import DEFAULT_POLICY, ScanPolicy, ScanReport, scan
 from sandbox.slots import SlotClaim, get_sandbox_slots, slot_owner
 from traces.models import StepStatus, TraceMode, TraceStatus
 from traces.store import StepCreate, get_trace_store
 
 logger = structlog.get_logger(__name__)
-
-
-class SandboxCodeBlocked(BadRequest):
-    code = "sandbox_code_blocked"
-
-
-class SandboxCodeTooLarge(PayloadTooLarge):
-    code = "sandbox_code_too_large"
-
-
-class DockerNotAvailable(ApiError):
-    status = HTTPStatus.SERVICE_UNAVAILABLE
-    code = "docker_not_available"
 
 
 @dataclass(frozen=True)

@@ -22,22 +22,14 @@ from collections.abc import Callable, Hashable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from functools import lru_cache
-from http import HTTPStatus
 from typing import Any, TypeVar
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
-from devassist.errors import ApiError
+from sandbox.exceptions import SandboxBusy
 
 T = TypeVar("T")
-
-
-class SandboxBusy(ApiError):
-    """The user already holds all their sandbox slots. ``details``: ``user_slots``."""
-
-    status = HTTPStatus.TOO_MANY_REQUESTS
-    code = "sandbox_busy"
 
 
 class SlotClaim:

@@ -13,7 +13,7 @@ from ninja import Query, Router, Schema, Status
 from ninja.errors import ValidationError
 
 from devassist.auth import api_user
-from devassist.errors import Forbidden
+from devassist.exceptions import Forbidden
 from devassist.responses import json_response
 from devassist.storable import MAX_INT
 from traces import selectors

@@ -1,12 +1,10 @@
 """The traces app's domain errors. The store and the selectors raise them; ``devassist.api``
-turns them into the error envelope, and the browser views turn the ``NotFound`` ones into 404
+maps their kinds to HTTP statuses, and the browser views turn the ``NotFound`` ones into 404
 pages."""
 
 from __future__ import annotations
 
-from http import HTTPStatus
-
-from devassist.errors import ApiError, BadRequest, Conflict, NotFound, PayloadTooLarge
+from devassist.exceptions import Conflict, InvalidInput, InvalidValue, NotFound, TooLarge
 
 
 class TraceNotFound(NotFound):
@@ -31,27 +29,29 @@ class StepIdConflict(Conflict):
     code = "step_id_conflict"
 
 
-class InvalidParent(BadRequest):
+class InvalidParent(InvalidInput):
     code = "invalid_parent"
 
 
-class InvalidStep(BadRequest):
+class InvalidStep(InvalidInput):
     code = "invalid_step"
 
 
-class BatchTooLarge(PayloadTooLarge):
+class InvalidTraceStatus(InvalidInput):
+    """A trace completes only with a final status."""
+
+
+class BatchTooLarge(TooLarge):
     code = "batch_too_large"
 
 
-class TreeTooLarge(PayloadTooLarge):
+class TreeTooLarge(TooLarge):
     code = "tree_too_large"
 
 
-class CostOutOfRange(ApiError):
-    status = HTTPStatus.UNPROCESSABLE_ENTITY
+class CostOutOfRange(InvalidValue):
     code = "cost_out_of_range"
 
 
-class InvalidCursor(BadRequest):
+class InvalidCursor(InvalidValue):
     code = "validation_error"
-    status = HTTPStatus.UNPROCESSABLE_ENTITY

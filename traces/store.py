@@ -31,7 +31,6 @@ from django.db.models import F
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
-from devassist.errors import BadRequest
 from devassist.follow import broadcast_on_commit
 from devassist.storable import make_storable
 from traces.exceptions import (
@@ -39,6 +38,7 @@ from traces.exceptions import (
     CostOutOfRange,
     InvalidParent,
     InvalidStep,
+    InvalidTraceStatus,
     StepIdConflict,
     StepNotFound,
     TraceNotFound,
@@ -212,7 +212,7 @@ def _check_changes(changes: dict[str, Any]) -> None:
 
 def _check_final(status: str) -> None:
     if status not in FINAL_TRACE_STATUSES:
-        raise BadRequest(f"A trace completes as one of {', '.join(FINAL_TRACE_STATUSES)}.")
+        raise InvalidTraceStatus(f"A trace completes as one of {', '.join(FINAL_TRACE_STATUSES)}.")
 
 
 def _check_total_cost(trace: Trace) -> None:
@@ -604,7 +604,7 @@ class OrmTraceStore:
         ``complete_trace`` does (``total_duration_ms``: its duration, when not the time since
         it was created), all in one transaction. Raises ``BatchTooLarge``, ``InvalidParent``,
         ``StepIdConflict``, ``InvalidStep``, ``StepNotFound``, ``TraceNotFound``,
-        ``TraceNotRunning``, ``CostOutOfRange``, ``BadRequest`` (a status that is not final);
+        ``TraceNotRunning``, ``CostOutOfRange``, ``InvalidInput`` (a status that is not final);
         a rejected batch writes nothing."""
         _check_batch_size(steps)
         updates = updates or {}

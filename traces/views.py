@@ -19,7 +19,7 @@ from django.http import (
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from devassist.errors import NotFound
+from devassist.exceptions import NotFound
 from devassist.htmx import HtmxHttpRequest
 from traces import selectors
 from traces.filters import TreeQueryForm, parse_step_id, trace_filters

@@ -19,7 +19,7 @@ from agent.knowledge.collections import collection_list, collection_remove
 from agent.knowledge.ingest import SourceFile, document_delete, ingest_files
 from agent.knowledge.schemas import CollectionOut, IngestOut
 from devassist.auth import require_staff
-from devassist.errors import BadRequest, PayloadTooLarge
+from devassist.exceptions import InvalidInput, TooLarge
 
 router = Router(tags=["knowledge"])
 
@@ -42,12 +42,12 @@ async def upload_documents(
     limit = settings.KNOWLEDGE_UPLOAD_MAX_BYTES
     total = sum(upload.size or 0 for upload in files)
     if total > limit:
-        raise PayloadTooLarge(
+        raise TooLarge(
             f"The upload is {total} bytes; at most {limit} bytes are accepted.",
             details={"size": total, "limit": limit},
         )
     if not files:
-        raise BadRequest("Upload at least one file in the multipart field 'files'.")
+        raise InvalidInput("Upload at least one file in the multipart field 'files'.")
     sources = [SourceFile(source=upload.name or "", read=upload.read) for upload in files]
     summary = await sync_to_async(ingest_files, thread_sensitive=False)(
         files=sources, collection=name

@@ -6,15 +6,10 @@ from dataclasses import dataclass
 
 import structlog
 
+from agent.exceptions import CollectionNotFound
 from agent.knowledge import bm25
-from agent.knowledge.store import (
-    CollectionNotFound,
-    collection_delete,
-    collection_names,
-    get_records,
-    open_collection,
-)
-from devassist.errors import ApiError
+from agent.knowledge.store import collection_delete, collection_names, get_records, open_collection
+from devassist.exceptions import DomainError
 
 logger = structlog.get_logger(__name__)
 
@@ -41,7 +36,7 @@ def collection_list() -> list[CollectionInfo]:
             target = open_collection(name)
         except CollectionNotFound:
             continue  # deleted meanwhile
-        except ApiError as exc:
+        except DomainError as exc:
             logger.warning("collection_unreadable", collection=name, error=exc.message)
             infos.append(CollectionInfo(name=name, chunks=0, documents=0, error=exc.message))
             continue

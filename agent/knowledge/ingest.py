@@ -25,6 +25,7 @@ from typing import Any
 
 import structlog
 
+from agent.exceptions import DocumentNotFound, IngestPathInvalid
 from agent.knowledge import bm25
 from agent.knowledge.chunking import chunk_document, format_for
 from agent.knowledge.store import (
@@ -34,7 +35,6 @@ from agent.knowledge.store import (
     open_collection,
     upsert_texts,
 )
-from devassist.errors import BadRequest, NotFound
 
 logger = structlog.get_logger(__name__)
 
@@ -55,14 +55,6 @@ _BATCH_CHUNKS = 256
 
 #: ``progress(done, total)``: called as files are processed (``done`` counts from 1).
 Progress = Callable[[int, int], None]
-
-
-class IngestPathInvalid(BadRequest):
-    code = "ingest_path_invalid"
-
-
-class DocumentNotFound(NotFound):
-    code = "document_not_found"
 
 
 @dataclass(frozen=True)

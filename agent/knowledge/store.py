@@ -51,8 +51,8 @@ from chromadb.config import Settings as ChromaSettings
 from chromadb.errors import NotFoundError
 from django.conf import settings
 
-from agent.knowledge.embeddings import Embeddings, EmbeddingsMismatch, get_embeddings
-from devassist.errors import BadRequest, NotFound
+from agent.exceptions import CollectionInvalid, CollectionNotFound, EmbeddingsMismatch
+from agent.knowledge.embeddings import Embeddings, get_embeddings
 
 logger = structlog.get_logger(__name__)
 
@@ -78,16 +78,6 @@ COLLECTION_NAME_RE = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9._-]{1,510}[a-zA-Z0-9]")
 _EMBEDDINGS_KEY = "embeddings"
 _GENERATION_KEY = "generation"
 _PAGE = 5000
-
-
-class CollectionNotFound(NotFound):
-    """``details``: ``collection``, ``collections`` (the names that exist)."""
-
-    code = "collection_not_found"
-
-
-class CollectionInvalid(BadRequest):
-    code = "collection_name_invalid"
 
 
 @dataclass(frozen=True)

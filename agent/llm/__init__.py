@@ -13,24 +13,13 @@ from typing import Any, cast
 from django.conf import settings
 from django.utils.module_loading import import_string
 
-from agent.llm.base import (
-    ChatMessage,
-    LLMChunk,
-    LLMProvider,
-    LLMResponse,
-    LLMTimeout,
-    LLMUnavailable,
-    Role,
-    Usage,
-)
+from agent.llm.base import ChatMessage, LLMChunk, LLMProvider, LLMResponse, Role, Usage
 
 __all__ = [
     "ChatMessage",
     "LLMChunk",
     "LLMProvider",
     "LLMResponse",
-    "LLMTimeout",
-    "LLMUnavailable",
     "Role",
     "Usage",
     "get_llm",

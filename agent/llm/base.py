@@ -4,10 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field
-from http import HTTPStatus
 from typing import Any, Literal, Protocol, TypedDict
-
-from devassist.errors import ApiError
 
 Role = Literal["system", "user", "assistant"]
 
@@ -44,20 +41,6 @@ class LLMChunk:
 
     delta: str = ""
     response: LLMResponse | None = None
-
-
-class LLMUnavailable(ApiError):
-    """The model endpoint failed (connection refused, 5xx, bad answer)."""
-
-    status = HTTPStatus.BAD_GATEWAY
-    code = "llm_unavailable"
-
-
-class LLMTimeout(ApiError):
-    """The model endpoint did not answer in time (after the retries)."""
-
-    status = HTTPStatus.GATEWAY_TIMEOUT
-    code = "llm_timeout"
 
 
 class LLMProvider(Protocol):

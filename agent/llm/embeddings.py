@@ -23,7 +23,8 @@ from typing import Any
 import openai
 import structlog
 
-from agent.llm.base import LLMUnavailable, Usage
+from agent.exceptions import LLMUnavailable
+from agent.llm.base import Usage
 from agent.llm.endpoint import OpenAIEndpoint, ms_since
 
 logger = structlog.get_logger(__name__)

@@ -18,7 +18,7 @@ from urllib.parse import urlsplit, urlunsplit
 import openai
 import structlog
 
-from agent.llm.base import LLMTimeout, LLMUnavailable
+from agent.exceptions import LLMTimeout, LLMUnavailable
 
 logger = structlog.get_logger(__name__)
 

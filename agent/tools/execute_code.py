@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent.tools.registry import Tool, ToolContext, ToolFailed
-from sandbox.backends.base import SandboxUnavailable
+from agent.exceptions import ToolFailed
+from agent.tools.registry import Tool, ToolContext
+from sandbox.exceptions import SandboxBusy, SandboxUnavailable
 from sandbox.services import code_size_check, run_scanned
-from sandbox.slots import SandboxBusy
 
 DEFAULT_TIMEOUT_S = 10
 MAX_TIMEOUT_S = 60

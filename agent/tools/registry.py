@@ -23,7 +23,6 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from http import HTTPStatus
 from typing import Any, cast
 
 import structlog
@@ -32,7 +31,16 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError, ValidationError, best_match
 from jsonschema.protocols import Validator
 
-from devassist.errors import ApiError, BadRequest, Conflict, NotFound
+from agent.exceptions import (
+    ToolAlreadyRegistered,
+    ToolDefinitionInvalid,
+    ToolFailed,
+    ToolInputInvalid,
+    ToolNotFound,
+    ToolResultInvalid,
+    ToolSchemaInvalid,
+)
+from devassist.exceptions import DomainError
 
 logger = structlog.get_logger(__name__)
 
@@ -46,57 +54,6 @@ _REASON_MAX_CHARS = 300
 _IDENTIFIER_RE = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 
 ToolHandler = Callable[[dict[str, Any], "ToolContext"], Any | Awaitable[Any]]
-
-
-# --- errors -------------------------------------------------------------------------------
-
-
-class ToolDefinitionInvalid(ApiError):
-    """A tool cannot be defined or registered as written (a programming error, raised at
-    start-up)."""
-
-    status = HTTPStatus.INTERNAL_SERVER_ERROR
-    code = "tool_definition_invalid"
-
-
-class ToolSchemaInvalid(ToolDefinitionInvalid):
-    """A tool's argument or result schema is not a valid JSON Schema (draft 2020-12), or its
-    argument schema is not an object schema."""
-
-    code = "tool_schema_invalid"
-
-
-class ToolInputInvalid(BadRequest):
-    """The arguments do not match the tool's schema. ``details``: ``tool``, ``path`` (a
-    JSONPath into the arguments, ``$.top_k``), ``reason``, ``schema_path`` (a JSON Pointer
-    into the schema)."""
-
-    code = "tool_input_invalid"
-
-
-class ToolAlreadyRegistered(Conflict):
-    code = "tool_already_registered"
-
-
-class ToolNotFound(NotFound):
-    """``details``: ``tool``, ``available`` (sorted names), ``suggestion`` (or None)."""
-
-    code = "tool_not_found"
-
-
-class ToolFailed(ApiError):
-    """The handler raised. ``message`` is what the model should read; ``details`` carry
-    ``tool``, ``error`` (the exception's type) and, for domain errors, their ``code``."""
-
-    status = HTTPStatus.INTERNAL_SERVER_ERROR
-    code = "tool_failed"
-
-
-class ToolResultInvalid(ApiError):
-    """The handler's result does not match the tool's ``result_schema``."""
-
-    status = HTTPStatus.INTERNAL_SERVER_ERROR
-    code = "tool_result_invalid"
 
 
 # --- values -------------------------------------------------------------------------------
@@ -273,7 +230,7 @@ class ToolRegistry:
             except Exception as exc:
                 raise _failure(name, exc) from exc
             _check_result(entry, result)
-        except ApiError as exc:
+        except DomainError as exc:
             error_code = exc.code
             raise
         else:
@@ -417,7 +374,7 @@ def _check_result(entry: _Entry, result: Any) -> None:
 def _failure(name: str, exc: Exception) -> ToolFailed:
     message = str(exc) or type(exc).__name__
     details: dict[str, Any] = {"tool": name, "error": type(exc).__name__}
-    if isinstance(exc, ApiError):
+    if isinstance(exc, DomainError):
         message = exc.message
         details.update(code=exc.code, **{k: v for k, v in exc.details.items() if k != "tool"})
     return ToolFailed(f"Tool {name!r} failed: {message}", details=details)

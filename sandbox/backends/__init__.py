@@ -10,7 +10,8 @@ import structlog
 from django.conf import settings
 from django.utils.module_loading import import_string
 
-from sandbox.backends.base import SandboxBackend, SandboxUnavailable
+from sandbox.backends.base import SandboxBackend
+from sandbox.exceptions import SandboxUnavailable
 
 logger = structlog.get_logger(__name__)
 

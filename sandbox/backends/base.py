@@ -28,14 +28,6 @@ class ExecResult:
         return asdict(self)
 
 
-class SandboxUnavailable(Exception):
-    """The backend cannot run code right now (for Docker: no engine reachable)."""
-
-    def __init__(self, message: str, *, hint: str = "") -> None:
-        super().__init__(message)
-        self.hint = hint
-
-
 class SandboxBackend(Protocol):
     name: str
 

@@ -39,8 +39,9 @@ from docker.errors import APIError, DockerException, NotFound
 from docker.models.containers import Container
 from docker.types import Ulimit
 
-from sandbox.backends.base import ExecResult, SandboxUnavailable
+from sandbox.backends.base import ExecResult
 from sandbox.engine import docker_client
+from sandbox.exceptions import SandboxUnavailable
 from sandbox.output import DEFAULT_LIMIT_CHARS, CappedStream
 from sandbox.seccomp import seccomp_profile_json
 

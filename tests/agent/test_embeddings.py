@@ -22,21 +22,17 @@ from sentence_transformers import SentenceTransformer
 from sentence_transformers.sentence_transformer.modules import Pooling, Transformer
 from transformers import BertConfig, BertModel, BertTokenizer
 
+from agent.exceptions import EmbeddingsMismatch, EmbeddingsUnavailable, LLMTimeout, LLMUnavailable
 from agent.knowledge import bm25
-from agent.knowledge.embeddings import (
-    Embeddings,
-    EmbeddingsMismatch,
-    EmbeddingsUnavailable,
-    get_embeddings,
-)
+from agent.knowledge.embeddings import Embeddings, get_embeddings
 from agent.knowledge.embeddings import sentence_transformers as st_backend
 from agent.knowledge.embeddings.openai import OpenAIEmbeddings
 from agent.knowledge.embeddings.sentence_transformers import SentenceTransformerEmbeddings
 from agent.knowledge.ingest import ingest_paths
 from agent.knowledge.search import RRF_K, search
 from agent.knowledge.store import get_records, open_collection
-from agent.llm import LLMTimeout, LLMUnavailable
 from agent.llm.embeddings import OpenAIEmbeddingsClient
+from devassist.api import http_status
 from tests.agent.conftest import TEST_API_KEY
 from tests.agent.fake_openai import EMBEDDING_DIMENSIONS, FakeOpenAI, embedding_vector
 from tests.servers import free_port
@@ -274,7 +270,7 @@ def test_openai_backend_failures_are_embeddings_unavailable(fake_openai: FakeOpe
         backend_on(fake_openai, max_retries=1).embed_documents(DOCS)
 
     assert caught.value.code == "embeddings_unavailable"
-    assert caught.value.status == HTTPStatus.SERVICE_UNAVAILABLE
+    assert http_status(caught.value) == HTTPStatus.SERVICE_UNAVAILABLE
     assert isinstance(caught.value.__cause__, LLMUnavailable)
     assert caught.value.details["attempts"] == 2
 
@@ -286,7 +282,7 @@ def test_openai_backend_timeout_keeps_its_code(fake_openai: FakeOpenAI) -> None:
         backend_on(fake_openai, timeout_s=0.3, max_retries=0).embed_query("q")
 
     assert caught.value.code == "embeddings_timeout"
-    assert caught.value.status == HTTPStatus.GATEWAY_TIMEOUT
+    assert http_status(caught.value) == HTTPStatus.GATEWAY_TIMEOUT
     assert isinstance(caught.value.__cause__, LLMTimeout)
 
 
@@ -525,7 +521,7 @@ def test_sentence_transformers_missing_directory_names_the_setting(
         backend.embed_query("text")
 
     assert "no sentence-transformers model directory" in str(caught.value)
-    assert caught.value.status == HTTPStatus.SERVICE_UNAVAILABLE
+    assert http_status(caught.value) == HTTPStatus.SERVICE_UNAVAILABLE
     assert no_network == []
 
 

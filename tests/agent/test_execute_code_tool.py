@@ -9,14 +9,10 @@ from typing import Any
 
 import pytest
 
-from agent.tools import (
-    ToolContext,
-    ToolFailed,
-    ToolInputInvalid,
-    ToolRegistry,
-    default_registry,
-)
+from agent.exceptions import ToolFailed, ToolInputInvalid
+from agent.tools import ToolContext, ToolRegistry, default_registry
 from agent.tools.execute_code import TOOL
+from devassist.api import http_status
 from sandbox.backends.docker import DockerSandbox
 from sandbox.slots import get_sandbox_slots, slot_owner
 
@@ -127,7 +123,7 @@ async def until(condition: Callable[[], bool], *, timeout_s: float = 20) -> None
 async def test_invalid_arguments_are_refused_before_anything_runs(args, path):
     with pytest.raises(ToolInputInvalid) as caught:
         await run(args)
-    assert caught.value.status == HTTPStatus.BAD_REQUEST
+    assert http_status(caught.value) == HTTPStatus.BAD_REQUEST
     assert caught.value.details["tool"] == "execute_code"
     assert caught.value.details["path"] == path
 

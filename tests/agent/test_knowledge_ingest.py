@@ -11,9 +11,10 @@ from typing import Any
 import pytest
 from django.core.management import CommandError, call_command
 
+from agent.exceptions import EmbeddingsMismatch, IngestPathInvalid
 from agent.knowledge import bm25
-from agent.knowledge.embeddings import EmbeddingsMismatch, get_embeddings
-from agent.knowledge.ingest import IngestPathInvalid, SourceFile, ingest_files, ingest_paths
+from agent.knowledge.embeddings import get_embeddings
+from agent.knowledge.ingest import SourceFile, ingest_files, ingest_paths
 from agent.knowledge.search import search
 from agent.knowledge.store import (
     collection_count,

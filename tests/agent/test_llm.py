@@ -15,18 +15,11 @@ import pytest
 import structlog
 from django.test import override_settings
 
-from agent.llm import (
-    ChatMessage,
-    LLMChunk,
-    LLMProvider,
-    LLMResponse,
-    LLMTimeout,
-    LLMUnavailable,
-    Usage,
-    get_llm,
-)
+from agent.exceptions import LLMTimeout, LLMUnavailable
+from agent.llm import ChatMessage, LLMChunk, LLMProvider, LLMResponse, Usage, get_llm
 from agent.llm.offline import OfflineProvider
 from agent.llm.openai_provider import OpenAIProvider
+from devassist.api import http_status
 from tests.agent.conftest import TEST_API_KEY
 from tests.agent.fake_openai import FakeOpenAI
 from tests.servers import free_port
@@ -290,7 +283,7 @@ async def test_server_errors_on_every_attempt_are_unavailable(
 
     error = caught.value
     assert error.code == "llm_unavailable"
-    assert error.status == HTTPStatus.BAD_GATEWAY
+    assert http_status(error) == HTTPStatus.BAD_GATEWAY
     assert "500" in error.message
     assert "model crashed" in error.message
     assert error.details["status"] == 500
@@ -346,7 +339,7 @@ async def test_a_slow_server_is_a_timeout(fake_openai: FakeOpenAI) -> None:
         await provider.complete(TASK)
 
     assert caught.value.code == "llm_timeout"
-    assert caught.value.status == HTTPStatus.GATEWAY_TIMEOUT
+    assert http_status(caught.value) == HTTPStatus.GATEWAY_TIMEOUT
     assert "0.5 s" in caught.value.message
     assert len(fake_openai.requests) == 1
 

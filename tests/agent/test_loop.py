@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
-from agent.loop import AgentMaxIterations, Iteration, LoopConfig, run_react
-from agent.tools.registry import Tool, ToolContext, ToolFailed, ToolRegistry
+from agent.exceptions import AgentMaxIterations, ToolFailed
+from agent.loop import Iteration, LoopConfig, run_react
+from agent.tools.registry import Tool, ToolContext, ToolRegistry
 
 
 class Recorded:

@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
+from agent.exceptions import CollectionNotFound
 from agent.knowledge.answers import extractive_answer, source_label, strip_sources_block
 from agent.knowledge.ingest import SourceFile, ingest_files
 from agent.knowledge.rag import SYSTEM_PROMPT, rag_answer
-from agent.knowledge.store import CollectionNotFound
 from tests.agent.fake_openai import FakeOpenAI
 
 pytestmark = pytest.mark.usefixtures("knowledge")

@@ -9,12 +9,14 @@ from typing import Any
 
 import pytest
 
+from agent.exceptions import ToolInputInvalid
 from agent.knowledge.embeddings import get_embeddings
 from agent.knowledge.ingest import SourceFile, ingest_files, ingest_paths
 from agent.knowledge.search import search
 from agent.knowledge.store import upsert_texts
-from agent.tools import ToolContext, ToolInputInvalid, default_registry
+from agent.tools import ToolContext, default_registry
 from agent.tools.search_docs import TOOL
+from devassist.api import http_status
 
 pytestmark = pytest.mark.usefixtures("knowledge")
 
@@ -172,7 +174,7 @@ async def test_bad_arguments_are_tool_input_invalid(args: dict[str, Any], path: 
     with pytest.raises(ToolInputInvalid) as raised:
         await call(args)
 
-    assert raised.value.status == HTTPStatus.BAD_REQUEST
+    assert http_status(raised.value) == HTTPStatus.BAD_REQUEST
     assert raised.value.code == "tool_input_invalid"
     assert raised.value.details["path"] == path
 

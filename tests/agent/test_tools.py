@@ -14,20 +14,19 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from agent.tools import (
-    Tool,
+from agent.exceptions import (
     ToolAlreadyRegistered,
-    ToolContext,
     ToolDefinitionInvalid,
     ToolFailed,
     ToolInputInvalid,
     ToolNotFound,
-    ToolRegistry,
     ToolResultInvalid,
     ToolSchemaInvalid,
 )
+from agent.tools import Tool, ToolContext, ToolRegistry
 from agent.tools.registry import json_path
-from devassist.errors import ApiError, BadRequest
+from devassist.api import http_status
+from devassist.exceptions import DomainError, InvalidInput
 
 SEARCH_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -149,7 +148,7 @@ def test_a_handler_must_be_callable():
 def test_a_duplicate_name_is_a_409(registry):
     with pytest.raises(ToolAlreadyRegistered) as caught:
         registry.register(make_tool("search"))
-    assert caught.value.status == HTTPStatus.CONFLICT
+    assert http_status(caught.value) == HTTPStatus.CONFLICT
     assert caught.value.code == "tool_already_registered"
     assert caught.value.details == {"tool": "search"}
 
@@ -161,7 +160,7 @@ def test_an_unknown_tool_is_a_404_with_a_suggestion(registry):
     with pytest.raises(ToolNotFound) as caught:
         registry.get("exec_code")
     error = caught.value
-    assert error.status == HTTPStatus.NOT_FOUND
+    assert http_status(error) == HTTPStatus.NOT_FOUND
     assert error.code == "tool_not_found"
     assert error.details == {
         "tool": "exec_code",
@@ -255,8 +254,8 @@ def test_invalid_arguments_report_the_path_and_reason(registry, args, path, reas
     with pytest.raises(ToolInputInvalid) as caught:
         registry.validate("search", args)
     error = caught.value
-    assert isinstance(error, BadRequest)
-    assert error.status == HTTPStatus.BAD_REQUEST
+    assert isinstance(error, InvalidInput)
+    assert http_status(error) == HTTPStatus.BAD_REQUEST
     assert error.code == "tool_input_invalid"
     assert error.details["tool"] == "search"
     assert error.details["path"] == path
@@ -383,14 +382,14 @@ async def test_a_handler_exception_becomes_tool_failed():
         await registry.call("search", {"query": "q"}, context())
     error = caught.value
     assert error.code == "tool_failed"
-    assert error.status == HTTPStatus.INTERNAL_SERVER_ERROR
+    assert http_status(error) == HTTPStatus.INTERNAL_SERVER_ERROR
     assert "the index is empty" in error.message
     assert error.details == {"tool": "search", "error": "ValueError"}
     assert isinstance(error.__cause__, ValueError)
 
 
 async def test_a_domain_error_from_a_handler_keeps_its_code_in_the_details():
-    class Quota(ApiError):
+    class Quota(DomainError):
         code = "quota_exceeded"
 
     async def handler(args: dict[str, Any], context: ToolContext) -> None:

@@ -7,8 +7,9 @@ import threading
 import pytest
 from django.db import connection
 
+from chat.exceptions import ConversationNotFound
 from chat.models import Conversation, MessageKind
-from chat.selectors import ConversationNotFound, conversation_get_for, turns_through
+from chat.selectors import conversation_get_for, turns_through
 from chat.services import NewMessage, conversation_create, messages_append, title_from
 
 

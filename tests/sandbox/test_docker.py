@@ -14,9 +14,9 @@ import time
 
 import pytest
 
-from sandbox.backends.base import SandboxUnavailable
 from sandbox.backends.docker import DockerSandbox
 from sandbox.engine import docker_client
+from sandbox.exceptions import SandboxUnavailable
 
 
 def run(sandbox: DockerSandbox, code: str, timeout_s: float = 10):

@@ -15,6 +15,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from sandbox.engine import docker_client
+from sandbox.exceptions import ImageError
 from sandbox.health import docker_status
 from sandbox.image import (
     DOCKERFILE,
@@ -23,7 +24,6 @@ from sandbox.image import (
     LABEL_RECIPE,
     LABEL_SANDBOX,
     LABEL_SUITE,
-    ImageError,
     debian_mirror,
     dockerfile_config_changes,
     image_recipe,

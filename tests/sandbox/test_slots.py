@@ -17,10 +17,13 @@ from django.contrib.auth.models import User
 from django.core.exceptions import ImproperlyConfigured
 from django.test import AsyncClient
 
+from agent.exceptions import ToolFailed
 from agent.loop import LoopConfig, _run_tool
-from agent.tools import ToolContext, ToolFailed, default_registry
+from agent.tools import ToolContext, default_registry
+from devassist.api import http_status
+from sandbox.exceptions import SandboxBusy
 from sandbox.services import code_execute, run_scanned
-from sandbox.slots import SandboxBusy, SandboxSlots, get_sandbox_slots
+from sandbox.slots import SandboxSlots, get_sandbox_slots
 from tests.conftest import post_as
 from traces.models import Trace
 
@@ -58,7 +61,7 @@ async def test_a_user_past_their_slots_is_refused_at_once_and_others_are_not():
             pass
         with slots.claim("bob") as bob:
             assert await bob.run(lambda: "ran") == "ran"
-    assert refused.value.status == HTTPStatus.TOO_MANY_REQUESTS
+    assert http_status(refused.value) == HTTPStatus.TOO_MANY_REQUESTS
     assert refused.value.code == "sandbox_busy"
     assert refused.value.details == {"user_slots": 1}
     assert "1 code execution running" in refused.value.message

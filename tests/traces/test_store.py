@@ -10,7 +10,7 @@ from channels.layers import get_channel_layer
 from django.contrib.auth.models import Group
 from django.db import connection, transaction
 
-from devassist.errors import BadRequest
+from devassist.exceptions import InvalidInput
 from tests.traces.factories import add, build_tree, make_trace, step
 from traces import selectors
 from traces.exceptions import (
@@ -415,7 +415,7 @@ def test_a_batch_can_complete_the_trace_or_not_at_all(user):
     root = step("goal", status="running")
     add(trace, root)
 
-    with pytest.raises(BadRequest):
+    with pytest.raises(InvalidInput):
         store.add_steps_sync(trace.id, [], complete="running")
     with pytest.raises(InvalidParent):
         store.add_steps_sync(trace.id, [step("thought", parent=uuid.uuid4())], complete="completed")

@@ -19,15 +19,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from functools import lru_cache
-from http import HTTPStatus
 from typing import Any, Protocol, cast, runtime_checkable
 
 from django.conf import settings
 from django.utils.module_loading import import_string
 
-from devassist.errors import ApiError, Conflict
-
-__all__ = ["Embeddings", "EmbeddingsMismatch", "EmbeddingsUnavailable", "get_embeddings"]
+__all__ = ["Embeddings", "get_embeddings"]
 
 
 @runtime_checkable
@@ -50,21 +47,6 @@ class Embeddings(Protocol):
     def embed_query(self, text: str) -> list[float]:
         """The vector of a search query."""
         ...
-
-
-class EmbeddingsUnavailable(ApiError):
-    """The backend cannot produce vectors (model missing, endpoint unreachable or refusing);
-    503. The message says what to fix."""
-
-    status = HTTPStatus.SERVICE_UNAVAILABLE
-    code = "embeddings_unavailable"
-
-
-class EmbeddingsMismatch(Conflict):
-    """A collection was built with another embeddings backend; re-ingest it (409).
-    ``details``: ``collection``, ``stored`` and ``configured`` backend names."""
-
-    code = "embeddings_mismatch"
 
 
 @lru_cache(maxsize=1)

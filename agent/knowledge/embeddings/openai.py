@@ -9,11 +9,9 @@ handles (a timeout keeps its own code, ``embeddings_timeout``, and status 504).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from http import HTTPStatus
 from typing import Any
 
-from agent.knowledge.embeddings import EmbeddingsUnavailable
-from agent.llm.base import LLMTimeout, LLMUnavailable
+from agent.exceptions import EmbeddingsTimeout, EmbeddingsUnavailable, LLMTimeout, LLMUnavailable
 from agent.llm.embeddings import OpenAIEmbeddingsClient
 
 DEFAULT_MODEL = "text-embedding-3-small"
@@ -71,11 +69,6 @@ class OpenAIEmbeddings:
         try:
             return self.client.embed(texts).vectors
         except LLMTimeout as exc:
-            raise EmbeddingsUnavailable(
-                exc.message,
-                code="embeddings_timeout",
-                status=HTTPStatus.GATEWAY_TIMEOUT,
-                details=exc.details,
-            ) from exc
+            raise EmbeddingsTimeout(exc.message, details=exc.details) from exc
         except LLMUnavailable as exc:
             raise EmbeddingsUnavailable(exc.message, details=exc.details) from exc

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from agent.knowledge.embeddings import EmbeddingsUnavailable
+from agent.exceptions import EmbeddingsUnavailable
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer

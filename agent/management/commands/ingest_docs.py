@@ -7,11 +7,10 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from tqdm import tqdm
 
+from agent.exceptions import CollectionNotFound, EmbeddingsMismatch
 from agent.knowledge.collections import collection_remove
-from agent.knowledge.embeddings import EmbeddingsMismatch
 from agent.knowledge.ingest import IngestSummary, ingest_paths
-from agent.knowledge.store import CollectionNotFound
-from devassist.errors import ApiError
+from devassist.exceptions import DomainError
 
 #: Fewer files than this are ingested without a progress bar.
 PROGRESS_MIN_FILES = 20
@@ -64,7 +63,7 @@ class Command(BaseCommand):
             )
         except EmbeddingsMismatch as exc:
             raise CommandError(f"{exc.message} (--rebuild does that)") from exc
-        except ApiError as exc:
+        except DomainError as exc:
             raise CommandError(exc.message) from exc
         finally:
             if bar is not None:

@@ -5,14 +5,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from sandbox.image import (
-    METHODS,
-    EngineUnavailable,
-    ImageError,
-    image_build,
-    image_status,
-    sandbox_image_ref,
-)
+from sandbox.exceptions import EngineUnavailable, ImageError
+from sandbox.image import METHODS, image_build, image_status, sandbox_image_ref
 
 EXIT_FAILED = 1  # build failed, or (status) the image is missing
 EXIT_UNAVAILABLE = 2  # no Docker engine, or invalid SANDBOX_* settings
