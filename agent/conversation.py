@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal, Protocol
 
 if TYPE_CHECKING:
     from agent.llm.base import ChatMessage, LLMProvider
@@ -30,12 +30,12 @@ class TranscriptEntry:
 
 @dataclass(frozen=True)
 class RunAnswer:
-    """A completed run's answer, recorded by the ``response`` step ``step_id``; ``metadata``
-    is what the answer carries besides its text (the model, a RAG answer's ``sources``)."""
+    """A completed run's answer, recorded by the ``response`` step ``step_id`` (which holds
+    what the answer carries besides its text, such as a RAG answer's ``sources``; the model
+    and the mode are the run's)."""
 
     text: str
     step_id: uuid.UUID
-    metadata: dict[str, Any] = field(default_factory=dict)
 
 
 class RunConversation(Protocol):

@@ -170,11 +170,7 @@ class RunRecorder:
             status=StepStatus.COMPLETED,
             data={"answer": answer, **(data or {})},
         )
-        self.answer = RunAnswer(
-            text=answer,
-            step_id=response.id,
-            metadata={"model": self.llm.model, "mode": self.run.mode, **(data or {})},
-        )
+        self.answer = RunAnswer(text=answer, step_id=response.id)
         delta = self.events.take_delta()
         await self._write(
             [model_call, response] if model_call is not None else [response],

@@ -420,7 +420,7 @@ def _run_group(
     """A run's group: its step entries in ``seq`` order, its messages without a step placed by
     sequence among them, its error last."""
     entries = [
-        _step_entry(item, run_id=run["id"], asked_tools=asked_tools)
+        _step_entry(item, run_id=run["id"], run_model=run["model"], asked_tools=asked_tools)
         if isinstance(item, _Joined)
         else _message_entry(item)
         for item in _interleave(
@@ -465,10 +465,12 @@ def _message_group(messages: list[Record]) -> DebugGroup:
 # --- entries ------------------------------------------------------------------------------------
 
 
-def _step_entry(joined: _Joined, *, run_id: str, asked_tools: set[str]) -> DebugEntry:
+def _step_entry(
+    joined: _Joined, *, run_id: str, run_model: str, asked_tools: set[str]
+) -> DebugEntry:
     """The entry of a step: the request, a memory read, a model call or the answer (their text
-    the message's, until it is stored the step's description); a tool call (an action, or a
-    result on its own) is ``_tool_entry``'s."""
+    the message's, until it is stored the step's description; the answer's model the run's); a
+    tool call (an action, or a result on its own) is ``_tool_entry``'s."""
     step, message = joined.step, joined.message
     step_type = step["step_type"]
     text = message["content"] if message is not None else (step["description"] or step["name"])
@@ -491,7 +493,7 @@ def _step_entry(joined: _Joined, *, run_id: str, asked_tools: set[str]) -> Debug
         usage["total_tokens"] = step["tokens"]
     elif step_type == StepType.RESPONSE:
         role, kind, label = MessageRole.ASSISTANT, "model", "Answer"
-        model = str(_object(message["metadata"] if message else None).get("model") or "")
+        model = run_model
     else:
         return _tool_entry(joined, run_id=run_id)
     return _entry(

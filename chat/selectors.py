@@ -147,13 +147,12 @@ def display_messages(*, conversation: Conversation) -> list[DisplayMessage]:
     rows = (
         Message.objects.turns()
         .filter(conversation=conversation, role__in=[MessageRole.USER, MessageRole.ASSISTANT])
-        .select_related("run")
+        .select_related("run", "step")
         .order_by("sequence")
     )
     shown = []
     for message in rows:
         run = message.run
-        metadata = message.metadata or {}
         shown.append(
             DisplayMessage(
                 id=message.id,
@@ -162,9 +161,9 @@ def display_messages(*, conversation: Conversation) -> list[DisplayMessage]:
                 sequence=message.sequence,
                 created_at=message.created_at,
                 run_id=message.run_id,
-                mode=str(metadata.get("mode") or (run.mode if run else "")),
-                model=str(metadata.get("model") or (run.model if run else "")),
-                sources=list(metadata.get("sources") or []),
+                mode=run.mode if run else "",
+                model=run.model if run else "",
+                sources=answer_sources(message) if message.role == MessageRole.ASSISTANT else [],
                 run_status=run.status if run else "",
                 error=run.error if run else "",
             )
@@ -188,7 +187,20 @@ def run_answer_for(*, user: Any, run_id: uuid.UUID) -> tuple[AgentRun, Message |
     run = AgentRun.objects.filter(pk=run_id, user=user).first()
     if run is None:
         raise RunAnswerNotFound(f"Run {run_id} does not exist.")
-    answer = Message.objects.filter(
-        run=run, role=MessageRole.ASSISTANT, kind=MessageKind.TURN
-    ).first()
+    answer = (
+        Message.objects.filter(run=run, role=MessageRole.ASSISTANT, kind=MessageKind.TURN)
+        .select_related("step")
+        .first()
+    )
     return run, answer
+
+
+def answer_sources(answer: Message) -> list[dict[str, Any]]:
+    """The sources an answer cites, as its ``response`` step recorded them (select the
+    message's ``step`` with it); none for an answer without that step or with a step whose
+    data is not of the shape it wrote."""
+    data = answer.step.data if answer.step is not None else None
+    sources = data.get("sources") if isinstance(data, dict) else None
+    if not isinstance(sources, list):
+        return []
+    return [source for source in sources if isinstance(source, dict)]

@@ -31,7 +31,7 @@ from chat.exceptions import ChatInputInvalid, MessageTooLarge
 from chat.memory import consolidate, long_term_message, recall, short_term_memory
 from chat.models import Message, MessageKind, MessageRole
 from chat.route_choice import Route, choose_route
-from chat.selectors import conversation_locked_for
+from chat.selectors import answer_sources, conversation_locked_for
 from chat.services import NewMessage, conversation_create, messages_append, messages_build
 from devassist.connections import in_thread
 from traces.models import StepStatus
@@ -273,12 +273,7 @@ class ChatConversation:
         ]
         if answer is not None:
             messages.append(
-                NewMessage(
-                    role=MessageRole.ASSISTANT,
-                    content=answer.text,
-                    metadata=answer.metadata,
-                    step_id=answer.step_id,
-                )
+                NewMessage(role=MessageRole.ASSISTANT, content=answer.text, step_id=answer.step_id)
             )
         stored = await self._append(run, messages)
         if status != RunStatus.COMPLETED or not stored:
@@ -334,9 +329,11 @@ async def chat_turn_result(*, turn: ChatTurn) -> dict[str, Any]:
     ``details``."""
     run = await run_outcome(turn.run, turn.task)
     steps = (await sync_to_async(run_steps)([run]))[run.id]
-    answer = await Message.objects.filter(
-        run=run, role=MessageRole.ASSISTANT, kind=MessageKind.TURN
-    ).afirst()
+    answer = (
+        await Message.objects.filter(run=run, role=MessageRole.ASSISTANT, kind=MessageKind.TURN)
+        .select_related("step")
+        .afirst()
+    )
     return {
         "conversation_id": run.conversation_id,
         "run_id": run.id,
@@ -345,5 +342,5 @@ async def chat_turn_result(*, turn: ChatTurn) -> dict[str, Any]:
         "model": run.model,
         "reply": run.output,
         "steps": steps,
-        "sources": (answer.metadata or {}).get("sources", []) if answer else [],
+        "sources": answer_sources(answer) if answer else [],
     }

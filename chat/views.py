@@ -43,6 +43,7 @@ from chat.markdown import render_markdown
 from chat.models import Conversation, Message
 from chat.selectors import (
     active_run_for,
+    answer_sources,
     conversation_get_for,
     conversation_list_for,
     conversation_steps,
@@ -390,7 +391,7 @@ def _answer_context(run: AgentRun, answer: Message | None) -> dict[str, Any]:
             content=answer.content,
             mode=run.mode,
             model=run.model,
-            sources=(answer.metadata or {}).get("sources", []),
+            sources=answer_sources(answer),
         )
     return context
 

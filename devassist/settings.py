@@ -198,8 +198,6 @@ SANDBOX: dict[str, Any] = {
 # Overrides of the AST scan's policy (sandbox.scanner.ScanPolicy.with_overrides), e.g.
 # {"disabled_rules": ["dynamic"], "read_allowed_paths": {"add": ["/data"]}}.
 SANDBOX_SCAN_POLICY: dict[str, Any] = {}
-SANDBOX_TIMEOUT_DEFAULT_S = 5
-SANDBOX_TIMEOUT_MAX_S = 60
 # Start the warm pool when the ASGI application loads, instead of at the first execution.
 SANDBOX_WARM_ON_START = env_bool("SANDBOX_WARM_ON_START", default=True)
 # Executions this process runs at once (sandbox/slots.py; more wait in turn), and how many of

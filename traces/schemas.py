@@ -167,11 +167,6 @@ class NodeOut(Schema):
     next_offset: int | None
 
 
-class EventOut(Schema):
-    event: str
-    seq: int
-
-
 class EventsOut(Schema):
     events: list[dict[str, Any]]
     last_seq: int

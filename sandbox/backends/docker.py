@@ -62,7 +62,6 @@ CONTAINER_TMP = "/tmp"  # noqa: S108
 #: Seconds a container may outlive its deadline before any reaper removes it.
 REAP_GRACE_S = 60
 _HOST = socket.gethostname()
-_STREAM_STDOUT = 1
 _STREAM_STDERR = 2
 _READ_CHUNK = 65536
 #: Covers the engine's writable ``/dev/mqueue`` (the IPC namespace's message queues stay usable

@@ -15,6 +15,7 @@ from chat.markdown import render_markdown
 from chat.models import Message
 from chat.turns import chat_turn_start
 from tests.agent.test_agent_api import post
+from traces.models import Step
 
 
 class _Markup(HTMLParser):
@@ -48,7 +49,13 @@ async def test_the_user_message_is_stored_before_the_run_starts(user, scripted):
     await turn.task
     answer = await Message.objects.aget(run=turn.run, role="assistant", kind="turn")
     assert answer.content == "later"
-    assert (answer.metadata["mode"], answer.metadata["model"]) == ("chat", "fake-model")
+    assert (
+        answer.step_id
+        == await Step.objects.filter(trace_id=turn.run.trace_id, step_type="response")
+        .values_list("id", flat=True)
+        .aget()
+    )
+    assert (turn.run.mode, answer.metadata) == ("chat", {})
 
 
 @pytest.mark.django_db
