@@ -21,7 +21,14 @@ import agent.services
 from agent.models import AgentRun
 from agent.services import run_cancel
 from agent.tools.registry import Tool, ToolContext, ToolRegistry
-from chat.debug import conversation_debug
+from chat.debug import (
+    MESSAGE_FIELDS,
+    RUN_FIELDS,
+    STEP_FIELDS,
+    conversation_debug,
+    debug_view,
+    debug_view_json,
+)
 from chat.models import Conversation, Message
 from chat.services import NewMessage, conversation_create, messages_append
 from chat.turns import chat_turn_start
@@ -418,3 +425,28 @@ def test_the_view_reads_in_four_queries_whatever_its_size(
     assert view.counts["tool"] == (runs + 1) * iterations
     assert len(view.groups) == runs + 3
     assert view.groups[-1].key.startswith("unlinked:")
+
+
+@pytest.mark.django_db
+def test_the_view_read_is_debug_view_on_the_stored_rows(superuser):
+    """``conversation_debug`` reads each row straight into its record (ids as text); the view is
+    the one ``debug_view`` makes of the same rows read with ``values()``."""
+    conversation = Conversation.objects.create(owner=superuser)
+    add_run(conversation, iterations=3)
+    add_run(conversation, iterations=2, status="running")
+    messages_append(conversation_id=conversation.id, messages=[NewMessage("system", "a note")])
+    runs = AgentRun.objects.filter(conversation=conversation)
+
+    view = conversation_debug(user=superuser, conversation_id=conversation.id)
+
+    conversation.refresh_from_db()
+    assert debug_view_json(view) == debug_view_json(
+        debug_view(
+            conversation_id=conversation.id,
+            title=conversation.title,
+            runs=runs.values(*RUN_FIELDS),
+            steps=Step.objects.filter(trace__in=runs.values("trace")).values(*STEP_FIELDS),
+            messages=Message.objects.filter(conversation=conversation).values(*MESSAGE_FIELDS),
+        )
+    )
+    assert view.groups[0].entries[0].id == str(runs.order_by("created_at")[0].id)
