@@ -49,12 +49,8 @@ async def test_the_user_message_is_stored_before_the_run_starts(user, scripted):
     await turn.task
     answer = await Message.objects.aget(run=turn.run, role="assistant", kind="turn")
     assert answer.content == "later"
-    assert (
-        answer.step_id
-        == await Step.objects.filter(trace_id=turn.run.trace_id, step_type="response")
-        .values_list("id", flat=True)
-        .aget()
-    )
+    response = await Step.objects.aget(trace__run=turn.run, step_type="response")
+    assert answer.step_id == response.id
     assert (turn.run.mode, answer.metadata) == ("chat", {})
 
 
