@@ -30,6 +30,7 @@ from agent.llm import get_llm
 from agent.models import AgentRun, RunStatus
 from agent.modes import answer
 from agent.recorder import RunEnd, RunRecorder
+from agent.slots import RunSlot
 from devassist.connections import in_thread, release_connection
 from devassist.exceptions import DomainError
 from devassist.follow import GroupListener, LayerFailed
@@ -152,15 +153,23 @@ async def _execute(
     local = _running[run.id]
     local.began = True
     watcher = asyncio.create_task(_watch_for_cancel(run.id))
-    recorder = RunRecorder(run, RunEvents(run.id, last_seq=1), get_llm())  # 1 is meta
+    # Held while the run works, free while it waits on the model or a tool (agent.slots).
+    slot = RunSlot()
+    recorder = RunRecorder(run, RunEvents(run.id, last_seq=1), slot.model(get_llm()))  # 1 is meta
     structlog.contextvars.bind_contextvars(run_id=str(run.id), trace_id=str(run.trace_id))
     try:
         if local.pending:
             raise asyncio.CancelledError
+        await slot.take()  # a Stop meanwhile cancels the wait at once
         recorder.llm = await langfuse_run_started(run=run, llm=recorder.llm)
         history = await conversation.history(run) if conversation is not None else []
         text = await answer(
-            run, history=history, llm=recorder.llm, recorder=recorder, collection=collection
+            run,
+            history=history,
+            llm=recorder.llm,
+            recorder=recorder,
+            collection=collection,
+            slot=slot,
         )
         end = RunEnd(RunStatus.COMPLETED, output=text)
     except asyncio.CancelledError:
@@ -179,6 +188,7 @@ async def _execute(
     try:
         await recorder.finish(end, conversation=conversation)
     finally:
+        slot.give_back()
         watcher.cancel()
         with contextlib.suppress(BaseException):
             await watcher  # retrieve its end, whatever the layer raised on the way out

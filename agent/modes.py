@@ -13,6 +13,7 @@ from agent.llm.base import ChatMessage, LLMProvider, LLMResponse
 from agent.loop import LoopConfig, run_react
 from agent.models import AgentRun, RunMode
 from agent.recorder import RunRecorder
+from agent.slots import RunSlot
 from agent.tools.registry import ToolContext, default_registry
 
 #: The system message of a plain chat run (the conversation's turns follow it).
@@ -30,11 +31,13 @@ async def answer(
     llm: LLMProvider,
     recorder: RunRecorder,
     collection: str | None,
+    slot: RunSlot,
 ) -> str:
-    """The run's answer in its mode. Raises what the mode raises (the model's
+    """The run's answer in its mode. ``llm`` is the run's model as ``slot`` wraps it; the
+    tools are wrapped here. Raises what the mode raises (the model's
     ``LLMUnavailable``/``LLMTimeout``, ``AgentMaxIterations``, the knowledge errors)."""
     if run.mode == RunMode.RAG:
-        return await _answer_from_documents(run, recorder, collection)
+        return await _answer_from_documents(run, recorder, collection, slot)
     if run.mode == RunMode.CHAT and llm.writes_free_text:
         return await _chat(run, history, llm, recorder)
     # The offline provider answers only in the ReAct protocol, and all it can do is run code
@@ -44,7 +47,7 @@ async def answer(
         task=run.input,
         history=history,
         llm=llm,
-        tools=registry.subset(run.tools) if run.mode == RunMode.AGENT else registry,
+        tools=slot.tools(registry.subset(run.tools) if run.mode == RunMode.AGENT else registry),
         recorder=recorder,
         context=ToolContext(user=run.user, run_id=run.id),
         config=LoopConfig(),
@@ -85,10 +88,11 @@ async def _chat(
 
 
 async def _answer_from_documents(
-    run: AgentRun, recorder: RunRecorder, collection: str | None
+    run: AgentRun, recorder: RunRecorder, collection: str | None, slot: RunSlot
 ) -> str:
     """Retrieve (a ``step`` event the moment the chunks are found) and answer with sources
-    (``agent.knowledge.rag``), streaming the answer as deltas."""
+    (``agent.knowledge.rag``), streaming the answer as deltas. The answer waits on the search
+    and the model with the run's slot free; it is held while the run records them."""
     started_at, started = time.time(), time.monotonic()
     streamed = ""
 
@@ -102,9 +106,13 @@ async def _answer_from_documents(
         streamed += text
         await recorder.answer_delta(text)
 
-    result = await rag_answer(
-        question=run.input, collection=collection, on_retrieved=retrieved, on_delta=delta
-    )
+    async with slot.released():
+        result = await rag_answer(
+            question=run.input,
+            collection=collection,
+            on_retrieved=slot.holding(retrieved),
+            on_delta=slot.holding(delta),
+        )
     # The Sources list (and an extractive answer) are not streamed by the model.
     if result.answer.startswith(streamed):
         await recorder.answer_delta(result.answer[len(streamed) :])

@@ -234,6 +234,9 @@ LLM = {
 RUN_HEARTBEAT_S = env_float("RUN_HEARTBEAT_S", 10.0)
 RUN_LEASE_S = env_float("RUN_LEASE_S", 30.0)
 RUN_LEASE_KEEPER = True  # the test suite beats by hand
+# Runs of this process that do their own work at once (agent/slots.py); a run waiting on the
+# model or a tool holds none. 0: no limit.
+AGENT_RUN_SLOTS = env_int("AGENT_RUN_SLOTS", 2)
 # Seconds between SSE heartbeat comments (``: ping``) on a quiet stream.
 SSE_HEARTBEAT_S = env_float("SSE_HEARTBEAT_S", 15.0)
 
