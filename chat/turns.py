@@ -222,7 +222,10 @@ class ChatConversation:
                 "searched": recollection.searched,
             },
         )
-        await get_trace_store().add_steps(
+        # In the run's thread with its connection back in the pool after it: the run goes on to
+        # wait on the model, and a connection held meanwhile is one the pool lacks.
+        await in_thread(
+            get_trace_store().add_steps_sync,
             run.trace_id,
             [
                 StepCreate(
