@@ -10,6 +10,7 @@ lock per process: channels of another prefix would wait for it).
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from channels_redis.core import RedisChannelLayer as BaseRedisChannelLayer
@@ -22,17 +23,25 @@ SOCKET_CONNECT_TIMEOUT_S = 5
 
 
 class RedisChannelLayer(BaseRedisChannelLayer):
-    """channels-redis with an expiry on the in-flight backup of a process's channel: a process
+    """channels-redis with an expiry on the in-flight backup of a process's channel (a process
     killed between receiving a message and acknowledging it leaves that key behind, and
-    nothing else would ever remove it."""
+    nothing else would ever remove it), and a receive that a cancellation always ends."""
 
     brpop_timeout = BRPOP_TIMEOUT_S
 
     async def _brpop_with_clean(self, index: int, channel: str, timeout: int) -> Any:  # noqa: ASYNC109 (channels-redis signature)
+        """One blocking read. A task whose cancellation was swallowed on the way (redis-py
+        retries a read that the cancellation cut short as a failed one) leaves cancelled
+        once its read comes back empty: channels-redis reads again as long as nothing came,
+        so such a task would never end, and a shutdown that waits for it would hang."""
         member = await super()._brpop_with_clean(index, channel, timeout)
         if member is not None:
             await self.connection(index).expire(self._backup_channel_name(channel), self.expiry)
-        return member
+            return member
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise asyncio.CancelledError
+        return None
 
 
 def redis_layer_config(
