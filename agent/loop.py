@@ -92,7 +92,9 @@ async def run_react(
     ]
     parse_errors = 0
     recent_calls: list[str] = []
+    ran = 0
     for index in range(1, config.max_iterations + 1):
+        ran = index
         iteration = Iteration(index=index, started_at=time.time(), started=time.monotonic())
         response, streamed = await _call_model(llm, messages, recorder)
         iteration.response = response
@@ -149,17 +151,27 @@ async def run_react(
     messages.append({"role": "user", "content": final_answer_prompt()})
     response, streamed = await _call_model(llm, messages, recorder)
     parsed = parse_reply(response.content, tool_names=())
-    iteration = Iteration(
-        index=config.max_iterations + 1, started_at=time.time(), started=time.monotonic()
-    )
+    iteration = Iteration(index=ran + 1, started_at=time.time(), started=time.monotonic())
     iteration.response, iteration.parsed = response, parsed
     await recorder.model_replied(iteration)
     if parsed.final is not None and parsed.action is None:
         await recorder.answered(parsed.final, streamed=streamed)
         return parsed.final
+    unreadable = parse_errors >= config.max_parse_errors
+    reason = (
+        f"the last {parse_errors} replies in a row were not in the ReAct format, the most the "
+        "agent accepts"
+        if unreadable
+        else f"the limit of {config.max_iterations} iterations was reached"
+    )
     raise AgentMaxIterations(
-        f"No final answer after {config.max_iterations} iterations.",
-        details={"max_iterations": config.max_iterations},
+        f"No final answer after {ran} iteration{'s' if ran != 1 else ''}: {reason}.",
+        details={
+            "iterations": ran,
+            "max_iterations": config.max_iterations,
+            "stopped_by": "format_errors" if unreadable else "max_iterations",
+            "max_format_errors": config.max_parse_errors,
+        },
     )
 
 

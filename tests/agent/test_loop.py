@@ -246,8 +246,32 @@ async def test_iteration_cap_forces_one_final_call(openai_provider, fake_openai)
     assert await react(openai_provider, recorder, max_iterations=3) == "capped"
     assert len(recorder.iterations) == 3
     fake_openai.script([call("echo")] * 4)
-    with pytest.raises(AgentMaxIterations):
+    with pytest.raises(AgentMaxIterations) as stopped:
         await react(openai_provider, Recorded(), max_iterations=3)
+    assert stopped.value.message == (
+        "No final answer after 3 iterations: the limit of 3 iterations was reached."
+    )
+    assert stopped.value.details["stopped_by"] == "max_iterations"
+
+
+async def test_replies_out_of_format_stop_the_loop_with_that_reason(openai_provider, fake_openai):
+    """Three unreadable replies in a row end the loop early (then one "answer now" call): the
+    error says how many iterations ran and why, not the iteration limit."""
+    fake_openai.script(["no format", "still none", "nope", "Observation: not an answer"])
+    recorder = Recorded()
+    with pytest.raises(AgentMaxIterations) as stopped:
+        await react(openai_provider, recorder, max_iterations=10)
+    assert stopped.value.message == (
+        "No final answer after 3 iterations: the last 3 replies in a row were not in the "
+        "ReAct format, the most the agent accepts."
+    )
+    assert stopped.value.details == {
+        "iterations": 3,
+        "max_iterations": 10,
+        "stopped_by": "format_errors",
+        "max_format_errors": 3,
+    }
+    assert len(fake_openai.requests) == 4
 
 
 async def test_cancel_during_the_model_call(openai_provider, fake_openai):
