@@ -102,24 +102,8 @@ def run_create_sync(
     return run
 
 
-async def run_create(
-    *,
-    user: Any,
-    message: str,
-    mode: str = RunMode.AGENT,
-    tools: list[str] | None = None,
-    request_id: str = "",
-    conversation_id: uuid.UUID | None = None,
-) -> AgentRun:
-    """``run_create_sync`` from async code."""
-    return await sync_to_async(run_create_sync)(
-        user=user,
-        message=message,
-        mode=mode,
-        tools=tools,
-        request_id=request_id,
-        conversation_id=conversation_id,
-    )
+#: ``run_create_sync`` from async code (the same typed keyword arguments).
+run_create = sync_to_async(run_create_sync)
 
 
 def run_meta(run: AgentRun) -> dict[str, Any]:
