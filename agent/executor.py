@@ -155,13 +155,15 @@ async def _execute(
     watcher = asyncio.create_task(_watch_for_cancel(run.id))
     # Held while the run works, free while it waits on the model or a tool (agent.slots).
     slot = RunSlot()
-    recorder = RunRecorder(run, RunEvents(run.id, last_seq=1), slot.model(get_llm()))  # 1 is meta
+    recorder = RunRecorder(run, RunEvents(run.id, last_seq=1), get_llm())  # 1 is meta
     structlog.contextvars.bind_contextvars(run_id=str(run.id), trace_id=str(run.trace_id))
     try:
         if local.pending:
             raise asyncio.CancelledError
         await slot.take()  # a Stop meanwhile cancels the wait at once
-        recorder.llm = await langfuse_run_started(run=run, llm=recorder.llm)
+        # The slot's wrapper outermost: Langfuse times the model's calls, not the waits for
+        # the slot after them.
+        recorder.llm = slot.model(await langfuse_run_started(run=run, llm=recorder.llm))
         history = await conversation.history(run) if conversation is not None else []
         text = await answer(
             run,
