@@ -55,6 +55,7 @@ recorded in ``embedding_requests``, not in ``requests``.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import json
@@ -116,6 +117,15 @@ class FakeOpenAI:
         requests beyond them are answered with computed vectors."""
         with self._lock:
             self._embedding_replies = [dict(reply) for reply in replies]
+
+    async def wait_for_request(self, timeout_s: float = 10.0) -> None:
+        """Until the server has received a request (the model call is under way and the server
+        is working on its reply); fails the test after ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        while not self.requests:
+            if time.monotonic() > deadline:
+                raise AssertionError("no request reached the fake model server")
+            await asyncio.sleep(0.01)
 
     @property
     def remaining(self) -> int:

@@ -4,7 +4,6 @@ over real HTTP, and the fail-closed URL rules."""
 
 from __future__ import annotations
 
-import asyncio
 import gzip
 import json
 import threading
@@ -468,10 +467,7 @@ async def test_a_cancelled_run_is_exported_with_its_unfinished_model_call(
     scripted.script([{"content": "Thought: slow\nAction: final: late", "delay_s": 10}])
     run = await run_create(user=superuser, message="take your time")
     task = run_start(run)
-    for _ in range(1000):  # the model call is under way once the server has the request
-        if scripted.requests:
-            break
-        await asyncio.sleep(0.01)
+    await scripted.wait_for_request()  # the model call is under way
     await run_cancel(user=superuser, run=run)
     await task
     await sync_to_async(langfuse_wait_for_exports)()

@@ -5,15 +5,13 @@ finished run, cancel answers, and what the Redis layer leaves behind."""
 from __future__ import annotations
 
 import asyncio
-import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from http import HTTPStatus
 from typing import Any, cast
 
 import pytest
 import redis
 from asgiref.sync import sync_to_async
-from channels.layers import channel_layers
 from channels.testing import WebsocketCommunicator
 
 import agent.modes
@@ -24,9 +22,10 @@ from agent.models import AgentRun, RunEvent, RunStatus
 from agent.services import run_create
 from agent.tools.registry import Tool, ToolRegistry
 from devassist.asgi import application
-from devassist.channel_layer import RedisChannelLayer, redis_layer_config
+from devassist.channel_layer import RedisChannelLayer
 from devassist.follow import GroupListener
 from devassist.tokens import api_token_create
+from tests.agent.conftest import redis_reachable, use_redis
 from tests.conftest import post_as, require
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -34,38 +33,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 EMPTY = {"type": "object", "properties": {}, "additionalProperties": False}
 #: Longer than redis-py's 5 s socket timeout and channels-redis's 5 s blocking read together.
 QUIET_S = 12
-
-
-def redis_reachable(url: str) -> bool:
-    try:
-        return bool(redis.Redis.from_url(url, socket_timeout=2).ping())
-    except redis.RedisError:
-        return False
-
-
-def use_redis(settings: Any, url: str) -> str:
-    prefix = f"devassist-test-{uuid.uuid4().hex[:8]}"
-    settings.CHANNEL_LAYERS = {
-        "default": redis_layer_config(url, prefix=prefix, group_expiry_s=300)
-    }
-    channel_layers.backends.clear()
-    return prefix
-
-
-@pytest.fixture(params=["memory", "redis"])
-def layer(request: pytest.FixtureRequest, settings: Any) -> Iterator[str]:
-    """Each test on the in-memory layer and on Redis (as ``REDIS_URL`` configures it)."""
-    if request.param == "memory":
-        settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
-        channel_layers.backends.clear()
-        yield "memory"
-        return
-    require(redis_reachable(settings.TEST_REDIS_URL), "no Redis at TEST_REDIS_URL")
-    prefix = use_redis(settings, settings.TEST_REDIS_URL)
-    yield prefix
-    client = redis.Redis.from_url(settings.TEST_REDIS_URL)
-    for key in client.scan_iter(f"{prefix}*"):
-        client.delete(key)
 
 
 @pytest.fixture

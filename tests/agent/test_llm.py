@@ -58,15 +58,6 @@ def provider_on(fake: FakeOpenAI, **options: Any) -> OpenAIProvider:
     return OpenAIProvider(**{**settings, **options})
 
 
-async def wait_for_request(fake: FakeOpenAI) -> None:
-    """The fake server has received a request (and is now working on its reply)."""
-    for _ in range(250):
-        if fake.requests:
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError("no request reached the server")
-
-
 async def wait_for_disconnect(fake: FakeOpenAI) -> None:
     """The fake server notices that the client went away (it watches while it waits)."""
     for _ in range(250):
@@ -457,7 +448,7 @@ async def test_cancelling_the_awaiting_task_abandons_the_request(
 ) -> None:
     fake_openai.script([{"content": "slow", "delay_s": 3}])
     task = asyncio.create_task(openai_provider.complete(TASK))
-    await wait_for_request(fake_openai)
+    await fake_openai.wait_for_request()
     started = time.monotonic()
     task.cancel()
 
@@ -473,7 +464,7 @@ async def test_cancelling_during_the_sdk_s_retry_wait_sends_no_more_requests(
 ) -> None:
     fake_openai.script([{"status": 503, "headers": {"Retry-After": "2"}}, "too late"])
     task = asyncio.create_task(openai_provider.complete(TASK))
-    await wait_for_request(fake_openai)
+    await fake_openai.wait_for_request()
     await asyncio.sleep(0.2)
     task.cancel()
 
@@ -540,7 +531,7 @@ async def test_cancelling_a_task_waiting_for_the_first_chunk_closes_the_stream(
         return [chunk async for chunk in openai_provider.stream(TASK)]
 
     task = asyncio.create_task(consume())
-    await wait_for_request(fake_openai)
+    await fake_openai.wait_for_request()
     task.cancel()
 
     with pytest.raises(asyncio.CancelledError):

@@ -123,10 +123,7 @@ async def test_a_trace_closed_from_outside_still_lets_the_run_end_and_its_stream
     scripted.script([{"content": "an answer", "chunks": ["an ", "answer"], "chunk_delay_s": 0.3}])
     run = await run_create(user=user, message="hello", mode=RunMode.CHAT)
     task = run_start(run)
-    for _ in range(200):  # until the model call is under way
-        if scripted.requests:
-            break
-        await asyncio.sleep(0.01)
+    await scripted.wait_for_request()  # the model call is under way
     assert run.trace_id is not None
     await get_trace_store().complete_trace(run.trace_id, status="failed")  # e.g. over the API
 

@@ -69,15 +69,6 @@ async def a_slot_is_free(timeout_s: float = 2) -> bool:
     return True
 
 
-async def model_called(scripted: Any) -> None:
-    """Until the scripted model has a request (the run's model call is under way)."""
-    for _ in range(500):
-        if scripted.requests:
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("the model was never called")
-
-
 async def test_runs_beyond_the_limit_wait_in_arrival_order(settings: Any) -> None:
     settings.AGENT_RUN_SLOTS = 2
     order: list[str] = []
@@ -178,7 +169,7 @@ async def test_the_slot_is_free_while_the_model_streams(
         slot.give_back()
 
     task = asyncio.create_task(run())
-    await model_called(scripted)
+    await scripted.wait_for_request()
     assert await a_slot_is_free(0.5)  # the answer takes 2 s
     await task
     assert "".join(deltas) == "slow answer"
@@ -274,7 +265,7 @@ async def test_a_run_streaming_from_a_slow_model_does_not_hold_back_another(
     )
     slow = await run_create(user=user, message="first", mode=RunMode.CHAT)
     slow_task = run_start(slow)
-    await model_called(scripted)
+    await scripted.wait_for_request()
     quick = await run_create(user=user, message="second", mode=RunMode.CHAT)
     quick_task = run_start(quick)
     done, _ = await asyncio.wait(
@@ -325,8 +316,9 @@ async def test_a_rag_run_searches_with_its_slot_free(
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("asked", ["here", "by another worker"])
 async def test_stopping_a_run_that_waits_for_a_slot_cancels_it_at_once(
-    one_slot: None, user: Any, asked: str
+    one_slot: None, layer: str, user: Any, asked: str
 ) -> None:
+    """On both channel layers: a stop from another worker arrives on the layer."""
     holder = RunSlot()
     await holder.take()
     run = await run_create(user=user, message="hello", mode=RunMode.CHAT)
@@ -364,7 +356,7 @@ async def test_no_slot_is_left_taken_after_a_failed_or_cancelled_run(
     run = await run_create(user=user, message="hello", mode=RunMode.CHAT)
     task = run_start(run)
     if ending == "cancelled":
-        await model_called(scripted)
+        await scripted.wait_for_request()
         await run_cancel(user=user, run=run)
     await asyncio.wait_for(task, timeout=15)
 

@@ -287,10 +287,7 @@ async def test_a_run_cancelled_in_a_tool_call_keeps_its_model_output_joined_to_i
     assert run.trace_id is not None
     assert run.conversation_id is not None
 
-    async def model_called() -> bool:
-        return bool(scripted.requests)
-
-    await wait_for(model_called)
+    await scripted.wait_for_request()
     await asyncio.sleep(0.3)  # the tool is waiting
     await run_cancel(user=superuser, run=run)
     await asyncio.wait_for(task, timeout=15)
