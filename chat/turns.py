@@ -328,8 +328,8 @@ class ChatConversation:
 async def chat_turn_result(*, turn: ChatTurn) -> dict[str, Any]:
     """Wait for the turn's run (it goes on if the caller goes away) and return
     ``{conversation_id, run_id, trace_id, route, model, reply, steps, sources}``. A run that
-    did not complete raises ``DomainError`` with its code (409 when cancelled) and the run in
-    ``details``."""
+    did not complete raises what ``agent.executor.run_outcome`` raises (``RunCancelled``, the
+    failure's error) with the run in ``details``."""
     run = await run_outcome(turn.run, turn.task)
     steps = (await sync_to_async(run_steps)([run]))[run.id]
     answer = (

@@ -30,10 +30,11 @@ class RedisChannelLayer(BaseRedisChannelLayer):
     brpop_timeout = BRPOP_TIMEOUT_S
 
     async def _brpop_with_clean(self, index: int, channel: str, timeout: int) -> Any:  # noqa: ASYNC109 (channels-redis signature)
-        """One blocking read. A task whose cancellation was swallowed on the way (redis-py
-        retries a read that the cancellation cut short as a failed one) leaves cancelled
-        once its read comes back empty: channels-redis reads again as long as nothing came,
-        so such a task would never end, and a shutdown that waits for it would hang."""
+        """One blocking read. A task whose cancellation was swallowed below this (seen in CI
+        with redis-py 7.4.1: the hub's reader still cancelling, twice, and issuing a fresh
+        read every ``BRPOP_TIMEOUT_S``; where redis-py loses it was not found) leaves
+        cancelled once its read comes back empty. channels-redis reads again for as long as
+        nothing comes, so such a task would never end, and a shutdown waiting for it hung."""
         member = await super()._brpop_with_clean(index, channel, timeout)
         if member is not None:
             await self.connection(index).expire(self._backup_channel_name(channel), self.expiry)
