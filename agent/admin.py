@@ -1,4 +1,5 @@
-"""Agent runs and their event logs in the admin: read-only, linked to their traces."""
+"""Agent runs and their event logs in the admin: read-only, linked to their traces (a run's
+answer and error are shown from its trace's steps)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from django.urls import reverse
 from django.utils.html import format_html
 
 from agent.models import AgentRun, RunEvent
+from agent.selectors import run_outcomes
 from devassist.admin_utils import admin_link, pretty_json
 from traces.admin import ReadOnlyAdmin, trace_page_link
 
@@ -33,6 +35,8 @@ class AgentRunAdmin(ReadOnlyAdmin):
     show_full_result_count = False
     exclude = ["tools"]
     readonly_fields = [
+        "answer",
+        "error",
         "trace_page",
         "trace_admin",
         "conversation_link",
@@ -48,6 +52,16 @@ class AgentRunAdmin(ReadOnlyAdmin):
     @admin.display(description="input")
     def input_short(self, obj: AgentRun) -> str:
         return obj.input[:80]
+
+    @admin.display(description="answer")
+    def answer(self, obj: AgentRun) -> str:
+        """The ``response`` step's answer (a change page reads it; the list does not)."""
+        return run_outcomes([obj])[obj.id].answer
+
+    @admin.display(description="error")
+    def error(self, obj: AgentRun) -> str:
+        """The run's error as its goal step records it (``agent.selectors.run_error``)."""
+        return run_outcomes([obj], answers=False)[obj.id].error
 
     @admin.display(description="duration ms")
     def duration_ms(self, obj: AgentRun) -> int | None:

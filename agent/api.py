@@ -17,7 +17,7 @@ from agent.events import follow_run
 from agent.langfuse import langfuse_link, run_get_for_langfuse
 from agent.models import AgentRun
 from agent.schemas import RunListOut, RunOut, RunWithStepsOut
-from agent.selectors import run_get, run_steps, runs_newest
+from agent.selectors import RunOutcome, run_get, run_outcomes, run_steps, runs_newest
 from agent.services import run_cancel, run_meta
 from agent.sse import HEARTBEAT, frame, sse_response
 from devassist.auth import api_user, require_staff
@@ -43,7 +43,8 @@ class LangfuseLinkOut(Schema):
     reason: Literal["trace_not_available", "langfuse_unavailable"] | None = None
 
 
-def run_dict(run: AgentRun) -> dict[str, Any]:
+def run_dict(run: AgentRun, outcome: RunOutcome) -> dict[str, Any]:
+    """The run as ``RunOut``, with its answer and error as its trace records them."""
     return {
         "run_id": run.id,
         "trace_id": run.trace_id,
@@ -51,8 +52,8 @@ def run_dict(run: AgentRun) -> dict[str, Any]:
         "mode": run.mode,
         "status": run.status,
         "input": run.input,
-        "answer": run.output,
-        "error": run.error,
+        "answer": outcome.answer,
+        "error": outcome.error,
         "error_code": run.error_code,
         "tools": run.tools,
         "model": run.model,
@@ -61,6 +62,12 @@ def run_dict(run: AgentRun) -> dict[str, Any]:
         "first_output_at": run.first_output_at,
         "finished_at": run.finished_at,
     }
+
+
+async def run_out(run: AgentRun) -> dict[str, Any]:
+    """``run_dict`` of one run (its outcome read in one query)."""
+    outcomes = await sync_to_async(run_outcomes)([run])
+    return run_dict(run, outcomes[run.id])
 
 
 async def sse_frames(run_id: uuid.UUID, after_seq: int) -> AsyncIterator[bytes]:
@@ -82,7 +89,7 @@ async def new_run_frames(run: AgentRun) -> AsyncIterator[bytes]:
 
 @runs_router.get("/{run_id}", response=RunOut, url_name="get_run")
 async def get_run(request: HttpRequest, run_id: uuid.UUID) -> dict[str, Any]:
-    return run_dict(await run_get(user=api_user(request), run_id=run_id))
+    return await run_out(await run_get(user=api_user(request), run_id=run_id))
 
 
 @runs_router.get("/{run_id}/events", url_name="run_events")
@@ -106,7 +113,7 @@ async def cancel_run(request: HttpRequest, run_id: uuid.UUID) -> dict[str, Any]:
     it is still stopping (on another worker, say)."""
     user = api_user(request)
     run = await run_cancel(user=user, run=await run_get(user=user, run_id=run_id))
-    return {**run_dict(run), "status": run.status if run.is_finished else "cancelling"}
+    return {**await run_out(run), "status": run.status if run.is_finished else "cancelling"}
 
 
 @runs_router.get(
@@ -124,8 +131,9 @@ async def agent_traces(request: HttpRequest, page: Query[PageQuery]) -> dict[str
     require_staff(request)
     runs, more = await sync_to_async(runs_newest)(offset=page.offset, limit=page.limit)
     steps = await sync_to_async(run_steps)(runs)
+    outcomes = await sync_to_async(run_outcomes)(runs)
     return {
-        "runs": [{**run_dict(run), "steps": steps[run.id]} for run in runs],
+        "runs": [{**run_dict(run, outcomes[run.id]), "steps": steps[run.id]} for run in runs],
         "limit": page.limit,
         "offset": page.offset,
         "next_offset": page.offset + page.limit if more else None,
@@ -135,4 +143,4 @@ async def agent_traces(request: HttpRequest, page: Query[PageQuery]) -> dict[str
 @staff_router.get("/{run_id}", response=RunWithStepsOut, url_name="agent_trace")
 async def agent_trace(request: HttpRequest, run_id: uuid.UUID) -> dict[str, Any]:
     run = await run_get(user=require_staff(request), run_id=run_id)
-    return {**run_dict(run), "steps": (await sync_to_async(run_steps)([run]))[run.id]}
+    return {**await run_out(run), "steps": (await sync_to_async(run_steps)([run]))[run.id]}

@@ -1,9 +1,10 @@
 from __future__ import annotations
 
 from django.apps import AppConfig
+from django.utils.translation import gettext_lazy as _
 
 
 class AgentConfig(AppConfig):
     name = "agent"
-    verbose_name = "Agent"
+    verbose_name = _("Agent")
     default_auto_field = "django.db.models.BigAutoField"

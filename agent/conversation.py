@@ -30,9 +30,10 @@ class TranscriptEntry:
 
 @dataclass(frozen=True)
 class RunAnswer:
-    """A completed run's answer, recorded by the ``response`` step ``step_id`` (which holds
-    what the answer carries besides its text, such as a RAG answer's ``sources``; the model
-    and the mode are the run's)."""
+    """A run's answer, recorded by the ``response`` step ``step_id`` (which holds what the
+    answer carries besides its text, such as a RAG answer's ``sources``; the model and the
+    mode are the run's). A run that did not complete has one only when it had streamed some
+    of it (the step is then marked ``partial``)."""
 
     text: str
     step_id: uuid.UUID
@@ -56,8 +57,10 @@ class RunConversation(Protocol):
         answer: RunAnswer | None,
         llm: LLMProvider,
     ) -> None:
-        """Store what the run added to the conversation: its ``transcript`` and, when it
-        completed, its ``answer``. Called once, before the run's end and its trace's end
-        are stored (so it may still add steps to the trace); ``llm`` is the model the run
-        used. An exception is logged and does not change the run's outcome."""
+        """Store what the run added to the conversation: its ``transcript`` and its
+        ``answer`` (for a run that did not complete, what it had written of one, recorded by
+        a ``response`` step with ``partial: true``; None when it wrote none). Called once,
+        with the run's final ``status``, before the run's end and its trace's end are stored
+        (so it may still add steps to the trace); ``llm`` is the model the run used. An
+        exception is logged and does not change the run's outcome."""
         ...

@@ -1,6 +1,8 @@
 """A run's events: the replay buffer of its SSE stream, written to ``RunEvent`` (so re-attaching
-misses nothing), then broadcast to the channel group ``run.<id>``. The run's recorder is their
-only writer, and nothing reads them as the run's history (its trace is that)."""
+misses nothing), then broadcast to the channel group ``run.<id>``. The run's recorder writes
+them while the run goes; besides it, ``agent.services.run_create`` writes the first (``meta``)
+with the run, and ``agent.leases`` the last (``error``, ``done``) of a run whose worker died.
+Nothing reads them as the run's history (its trace is that)."""
 
 from __future__ import annotations
 
@@ -44,6 +46,7 @@ class RunEvents:
         self.seq = last_seq
         self._delta = ""
         self._delta_since = 0.0
+        self._answering = False  # whether answer text has gone out yet
 
     async def next(self, type_: str, payload: dict[str, Any]) -> RunEvent:
         """The next event as an unsaved row, for a writer that stores it (``store``) in a
@@ -68,13 +71,15 @@ class RunEvents:
         )
 
     async def delta(self, text: str) -> None:
-        """Queue answer text; it leaves as one ``delta`` event per ~30 ms."""
-        if not text:
-            return
-        if not self._delta:
+        """Queue answer text; it leaves as one ``delta`` event per ~30 ms, or at once when it
+        is the answer's first text (what a reader waits for) or ``text`` is empty (a flush is
+        due: the text must not wait longer)."""
+        if text and not self._delta:
             self._delta_since = time.monotonic()
         self._delta += text
-        if time.monotonic() - self._delta_since >= DELTA_FLUSH_S:
+        first = bool(text) and not self._answering
+        if first or not text or time.monotonic() - self._delta_since >= DELTA_FLUSH_S:
+            self._answering = self._answering or bool(self._delta)
             await self.flush_delta()
 
     async def flush_delta(self) -> None:

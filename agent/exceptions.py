@@ -50,9 +50,18 @@ class RunFailed(Internal):
 
 
 class AgentMaxIterations(OutOfTime):
-    """The loop stopped without a final answer."""
+    """The loop used all its iterations (and the last "answer now" call) without a final
+    answer."""
 
     code = "agent_max_iterations"
+
+
+class AgentFormatErrors(UpstreamFailed):
+    """The loop stopped because the model's replies could not be read: too many in a row
+    were neither a tool call nor an answer (``LoopConfig.max_format_errors``), and the last
+    "answer now" call gave none either."""
+
+    code = "agent_format_errors"
 
 
 # --- the model ----------------------------------------------------------------------------

@@ -10,14 +10,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import structlog
-from asgiref.sync import ThreadSensitiveContext
+from asgiref.sync import ThreadSensitiveContext, sync_to_async
 
 from agent.conversation import RunConversation
 from agent.events import RunEvents, run_control_group
 from agent.exceptions import (
+    AgentFormatErrors,
     AgentMaxIterations,
     LLMTimeout,
     LLMUnavailable,
@@ -27,13 +29,16 @@ from agent.exceptions import (
 from agent.langfuse import langfuse_run_started
 from agent.leases import LeaseKeeper
 from agent.llm import get_llm
-from agent.models import AgentRun, RunStatus
+from agent.models import RUN_CANCELLED_MESSAGE, AgentRun, RunStatus
 from agent.modes import answer
 from agent.recorder import RunEnd, RunRecorder
+from agent.selectors import run_outcomes
 from agent.slots import RunSlot
 from devassist.connections import in_thread, release_connection
 from devassist.exceptions import DomainError
 from devassist.follow import GroupListener, LayerFailed
+from sandbox.files import InputFile
+from sandbox.services import CodeSession
 
 logger = structlog.get_logger(__name__)
 
@@ -58,14 +63,20 @@ def run_start(
     *,
     conversation: RunConversation | None = None,
     collection: str | None = None,
+    inputs: Sequence[InputFile] = (),
 ) -> asyncio.Task[None]:
     """Execute ``run`` as a task of the running loop; it goes on when the caller goes away.
     ``conversation``: the conversation the run answers in (its history, and where its
-    transcript goes); ``collection``: the knowledge collection a ``rag`` run answers from
-    (default: ``settings.KNOWLEDGE_DEFAULT_COLLECTION``). The task never raises: the run's
-    outcome is stored on the run."""
+    transcript goes); ``collection``: the knowledge collection a ``rag`` run answers from and
+    the agent's ``search_docs`` searches by default (default:
+    ``settings.KNOWLEDGE_DEFAULT_COLLECTION``); ``inputs``: files for the run's code
+    (``sandbox.files.input_files``, the same ones ``run_create`` recorded), read-only under
+    ``/tmp/inputs`` for its executions, and named to the model. The run's ``execute_code``
+    calls share one sandbox (``SANDBOX_STATE``), removed when the run ends, however it ends.
+    The task never raises: the run's outcome is stored on the run."""
+    sandbox = CodeSession(owner=str(run.id), trace_id=run.trace_id, inputs=tuple(inputs))
     task = asyncio.get_running_loop().create_task(
-        _execute_apart(run, conversation, collection), name=f"run-{run.id}"
+        _execute_apart(run, conversation, collection, sandbox), name=f"run-{run.id}"
     )
     _running[run.id] = _Local(task)
     task.add_done_callback(lambda _: _running.pop(run.id, None))
@@ -109,15 +120,17 @@ def run_leases_start() -> None:
 #: The error a failed run is reported as, by its stored code (anything else is ``RunFailed``
 #: with that code).
 _FAILURES: dict[str, type[DomainError]] = {
-    error.code: error for error in (AgentMaxIterations, LLMUnavailable, LLMTimeout)
+    error.code: error
+    for error in (AgentMaxIterations, AgentFormatErrors, LLMUnavailable, LLMTimeout)
 }
 
 
 async def run_outcome(run: AgentRun, task: asyncio.Task[None]) -> AgentRun:
     """Wait for ``task`` (the run goes on if the caller goes away) and return the finished
     run. A run that did not complete raises ``RunCancelled``, or its failure's error (by its
-    stored code: ``LLMUnavailable``…, else ``RunFailed``), with the run, its trace and its
-    conversation in ``details``."""
+    stored code: ``LLMUnavailable``…, else ``RunFailed``) whose message is the run's error
+    (``agent.selectors.run_error``), with the run, its trace and its conversation in
+    ``details``."""
     await asyncio.shield(asyncio.wait([task]))
     run = await AgentRun.objects.aget(pk=run.id)
     if run.status == RunStatus.COMPLETED:
@@ -125,7 +138,8 @@ async def run_outcome(run: AgentRun, task: asyncio.Task[None]) -> AgentRun:
     details = {"run_id": str(run.id), "trace_id": str(run.trace_id)}
     if run.conversation_id is not None:
         details["conversation_id"] = str(run.conversation_id)
-    message = run.error or f"Run {run.status}."
+    outcome = (await sync_to_async(run_outcomes)([run], answers=False))[run.id]
+    message = outcome.error or f"Run {run.status}."
     if run.status == RunStatus.CANCELLED:
         raise RunCancelled(message, details=details)
     failure = _FAILURES.get(run.error_code)
@@ -135,20 +149,26 @@ async def run_outcome(run: AgentRun, task: asyncio.Task[None]) -> AgentRun:
 
 
 async def _execute_apart(
-    run: AgentRun, conversation: RunConversation | None, collection: str | None
+    run: AgentRun,
+    conversation: RunConversation | None,
+    collection: str | None,
+    sandbox: CodeSession,
 ) -> None:
     """``_execute`` with its synchronous work (database, sandbox) in a thread of its own, not
     in the thread of the request that started it (which ends with the request), and its
     connection back in the pool at the end."""
     async with ThreadSensitiveContext():
         try:
-            await _execute(run, conversation, collection)
+            await _execute(run, conversation, collection, sandbox)
         finally:
             await in_thread(release_connection)
 
 
 async def _execute(
-    run: AgentRun, conversation: RunConversation | None, collection: str | None
+    run: AgentRun,
+    conversation: RunConversation | None,
+    collection: str | None,
+    sandbox: CodeSession,
 ) -> None:
     local = _running[run.id]
     local.began = True
@@ -172,13 +192,14 @@ async def _execute(
             recorder=recorder,
             collection=collection,
             slot=slot,
+            sandbox=sandbox,
         )
         end = RunEnd(RunStatus.COMPLETED, output=text)
     except asyncio.CancelledError:
         task = asyncio.current_task()
         if task is not None and task.cancelling():
             task.uncancel()  # handled: the run ends as cancelled, and its end is stored
-        end = RunEnd(RunStatus.CANCELLED, error="Cancelled.")
+        end = RunEnd(RunStatus.CANCELLED, error=RUN_CANCELLED_MESSAGE)
     except DomainError as exc:
         end = RunEnd(RunStatus.FAILED, error=exc.message, code=exc.code)
     except Exception as exc:
@@ -187,10 +208,14 @@ async def _execute(
             RunStatus.FAILED, error=f"Internal error: {type(exc).__name__}", code="internal_error"
         )
     local.stoppable = False
+    # The run's container goes while its end is stored; the task ends after both.
+    closing = asyncio.ensure_future(sandbox.close())
     try:
         await recorder.finish(end, conversation=conversation)
     finally:
         slot.give_back()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.shield(closing)
         watcher.cancel()
         with contextlib.suppress(BaseException):
             await watcher  # retrieve its end, whatever the layer raised on the way out

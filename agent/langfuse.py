@@ -47,7 +47,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 
 from agent.exceptions import RunNotFound
-from agent.llm.base import ChatMessage, LLMChunk, LLMProvider, LLMResponse
+from agent.llm.base import ChatMessage, LLMChunk, LLMProvider, LLMResponse, ToolDefinition
 from agent.models import AgentRun, RunStatus
 from devassist.exceptions import Forbidden
 from traces.models import Step, StepStatus
@@ -135,10 +135,11 @@ class ObservedLLM:
         messages: Sequence[ChatMessage],
         *,
         stop: Sequence[str] | None = None,
+        tools: Sequence[ToolDefinition] | None = None,
     ) -> LLMResponse:
         call = self.observation.call_started(messages)
         try:
-            response = await self.inner.complete(messages, stop=stop)
+            response = await self.inner.complete(messages, stop=stop, tools=tools)
         except BaseException as exc:
             call.failed(_describe(exc))
             raise
@@ -150,11 +151,12 @@ class ObservedLLM:
         messages: Sequence[ChatMessage],
         *,
         stop: Sequence[str] | None = None,
+        tools: Sequence[ToolDefinition] | None = None,
     ) -> AsyncGenerator[LLMChunk, None]:
         call = self.observation.call_started(messages)
         try:
             # Closing this stream closes the inner one (its HTTP response) at once.
-            async with aclosing(self.inner.stream(messages, stop=stop)) as inner:
+            async with aclosing(self.inner.stream(messages, stop=stop, tools=tools)) as inner:
                 async for chunk in inner:
                     if chunk.response is not None:
                         call.finished(chunk.response)

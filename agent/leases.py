@@ -2,10 +2,10 @@
 
 The worker renews the leases of its runs every ``settings.RUN_HEARTBEAT_S``; a run whose lease
 is older than ``settings.RUN_LEASE_S`` has lost its worker (killed, crashed, restarted), and
-any worker fails it with ``worker_lost``: its trace completes as failed and its event log gets
-``error`` and ``done``, so every stream that follows it ends. Each worker looks for such runs
-on every heartbeat (``LeaseKeeper``); a re-attach or a cancel of one does not wait for that
-(``reap_if_lost``).
+any worker fails it with ``worker_lost``: its trace completes as failed, its event log gets
+``error`` and ``done``, so every stream that follows it ends, and its sandbox container
+(labelled with the run's id) is removed. Each worker looks for such runs on every heartbeat
+(``LeaseKeeper``); a re-attach or a cancel of one does not wait for that (``reap_if_lost``).
 
 The keeper is a daemon thread rather than a task of the server's event loop: it keeps beating
 while the loop is busy, and it runs in a worker that has no request to serve.
@@ -31,6 +31,8 @@ from django.utils import timezone
 from agent.events import run_group
 from agent.models import LIVE_RUN_STATUSES, AgentRun, RunEvent, RunStatus
 from devassist.follow import broadcast
+from sandbox.exceptions import SandboxUnavailable
+from sandbox.services import run_containers_remove
 from traces.models import Step, StepStatus, TraceStatus
 from traces.store import get_trace_store
 
@@ -142,9 +144,7 @@ def _finish_lost(run_id: uuid.UUID, *, status: str = RunStatus.FAILED) -> bool:
         )
         if claimed is None:
             return False
-        AgentRun.objects.filter(pk=run_id).update(
-            status=status, error=error, error_code=code, finished_at=now
-        )
+        AgentRun.objects.filter(pk=run_id).update(status=status, error_code=code, finished_at=now)
         last = RunEvent.objects.filter(run_id=run_id).aggregate(last=Max("seq"))["last"] or 0
         logged = RunEvent.objects.bulk_create(
             [
@@ -164,14 +164,27 @@ def _finish_lost(run_id: uuid.UUID, *, status: str = RunStatus.FAILED) -> bool:
         )
         if claimed.trace_id is not None:
             # The trace store broadcasts the trace's events once this commits.
-            _close_trace(claimed.trace_id, error=error, cancelled=cancelled)
+            _close_trace(claimed.trace_id, goal_id=run_id, error=error, cancelled=cancelled)
     logger.warning("agent_run_worker_lost", run_id=str(run_id), status=status)
+    _remove_sandbox(run_id)
     try:
         async_to_sync(_announce)(run_id, logged)
     except Exception:
         # Logged: followers read it on their next quiet tick all the same.
         logger.warning("agent_run_worker_lost_broadcast_failed", run_id=str(run_id), exc_info=True)
     return True
+
+
+def _remove_sandbox(run_id: uuid.UUID) -> None:
+    """Remove the lost run's sandbox container (``SANDBOX_STATE=run``): its worker is gone,
+    so nobody else would before it expires. Logged, never raised: without a Docker engine
+    there is nothing to remove."""
+    try:
+        run_containers_remove(owner=str(run_id))
+    except SandboxUnavailable as exc:
+        logger.info("agent_run_sandbox_not_removed", run_id=str(run_id), error=str(exc))
+    except Exception:
+        logger.warning("agent_run_sandbox_not_removed", run_id=str(run_id), exc_info=True)
 
 
 async def _announce(run_id: uuid.UUID, logged: list[RunEvent]) -> None:
@@ -182,24 +195,28 @@ async def _announce(run_id: uuid.UUID, logged: list[RunEvent]) -> None:
         )
 
 
-def _close_trace(trace_id: uuid.UUID, *, error: str, cancelled: bool) -> None:
-    """Fail (or cancel) the trace and the steps that were still running; a trace that is
-    already closed is left as it is."""
-    running = (
-        Step.objects.for_trace(trace_id)
-        .filter(status=StepStatus.RUNNING)
-        .values_list("id", flat=True)
-    )
+def _close_trace(trace_id: uuid.UUID, *, goal_id: uuid.UUID, error: str, cancelled: bool) -> None:
+    """Fail (or cancel) the trace and the steps that were still running, and give the goal
+    step ``goal_id`` the run's error (``agent.selectors.run_error`` reads it there, a
+    cancellation's too: its message says the worker was gone); a trace that is already closed
+    is left as it is."""
+    to_end = Step.objects.for_trace(trace_id).filter(Q(status=StepStatus.RUNNING) | Q(pk=goal_id))
     step_end = (
         {"status": StepStatus.SKIPPED}
         if cancelled
         else {"status": StepStatus.FAILED, "error": error}
     )
+    updates: dict[uuid.UUID, dict[str, str]] = {
+        step_id: dict(step_end) if status == StepStatus.RUNNING else {}
+        for step_id, status in to_end.values_list("id", "status")
+    }
+    if goal_id in updates:
+        updates[goal_id]["error"] = error
     try:
         get_trace_store().add_steps_sync(
             trace_id,
             [],
-            {step_id: dict(step_end) for step_id in running},
+            updates,
             complete=TraceStatus.CANCELLED if cancelled else TraceStatus.FAILED,
         )
     except Exception:

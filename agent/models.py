@@ -26,6 +26,8 @@ class RunStatus(models.TextChoices):
 
 
 FINAL_RUN_STATUSES = (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED)
+#: A cancelled run's error when its goal step records none (``agent.selectors.run_error``).
+RUN_CANCELLED_MESSAGE = "Cancelled."
 #: A run in one of these has an owner worker with a lease (``agent.leases``).
 LIVE_RUN_STATUSES = (RunStatus.QUEUED, RunStatus.RUNNING)
 
@@ -38,8 +40,9 @@ class AgentRunQuerySet(models.QuerySet["AgentRun"]):
 
 
 class AgentRun(models.Model):
-    """One run; it owns one trace. Timings are wall-clock for people; durations in the trace
-    come from a monotonic clock."""
+    """One run's lifecycle; it owns one trace, the record of what it did, its answer and its
+    error included. Timings are wall-clock for people; durations in the trace come from a
+    monotonic clock."""
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     user = models.ForeignKey(
@@ -59,8 +62,8 @@ class AgentRun(models.Model):
     mode = models.CharField(max_length=16, choices=RunMode.choices, default=RunMode.AGENT)
     status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.QUEUED)
     input = StorableTextField()
-    output = StorableTextField(blank=True)
-    error = StorableTextField(blank=True)
+    #: The answer and the error are not here: the run's trace records them once
+    #: (``agent.selectors.run_outcomes``). ``error_code`` is a short code to filter runs by.
     error_code = models.CharField(max_length=64, blank=True)
     tools = models.JSONField(default=list, blank=True)
     model = models.CharField(max_length=200, blank=True)

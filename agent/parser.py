@@ -166,7 +166,9 @@ def parse_reply(text: str, *, tool_names: Collection[str] = ()) -> ParsedReply:
             return reply(thought, error='"Action:" must start its own line.')
         return reply(thought, error="The reply has no Action line.")
 
-    chosen = next((mark for mark in actions if not _is_final(body, mark)), actions[0])
+    # The first action decides, so that an answer can stream as it is written
+    # (``streamable_answer``): a later action line only ends the answer.
+    chosen = actions[0]
     thought = _thought(body, lines, marks, end_line=actions[0].line)
     ignored = len(actions) - 1
 
@@ -182,6 +184,40 @@ def parse_reply(text: str, *, tool_names: Collection[str] = ()) -> ParsedReply:
 
     call, error = _tool_call(body, lines, starts, marks, chosen, tool_names)
     return reply(thought, action=call, error=error, ignored=ignored)
+
+
+def streamable_answer(text: str, *, tool_names: Collection[str] = ()) -> str | None:
+    """The final answer of a reply still being written, as far as it is certain: what
+    ``parse_reply`` gives as ``final`` for the reply so far, leaving out a last, unfinished
+    line that could still become a keyword line (``Action:``, ``Final Answer:``,
+    ``Observation:``...), which would end or cut the answer. None while the reply is not (or
+    not yet) a final answer.
+
+    This is the one rule for both questions, "is this reply a final answer" and "may its
+    text go out while it is written": each answer returned is a prefix of the next one and of
+    ``parse_reply(whole_reply).final``, so text that goes out is never taken back.
+    """
+    settled = text
+    last_line = text.rfind("\n") + 1
+    if _could_become_keyword(text[last_line:]):
+        settled = text[:last_line]
+    reply = parse_reply(settled, tool_names=tool_names)
+    return reply.final if reply.action is None else None
+
+
+#: The keywords a line can start with, lower case, without spaces or underscores.
+_KEYWORD_FORMS = ("thought:", "action:", "finalanswer:", "observation:")
+
+
+def _could_become_keyword(line: str) -> bool:
+    """Whether an unfinished line may still turn out to start with a keyword."""
+    squeezed = re.sub(r"[ \t_]", "", line).lower()
+    if not squeezed:
+        return bool(line)  # indentation only: anything may follow
+    if any(form.startswith(squeezed) for form in _KEYWORD_FORMS):
+        return True
+    # "Action: final ans" may still become "Action: final answer: ..."
+    return squeezed.startswith("action:") and "finalanswer:".startswith(squeezed[7:])
 
 
 def _line_starts(lines: list[str]) -> list[int]:

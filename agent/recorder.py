@@ -2,16 +2,17 @@
 action → result, and the response), with the run's SSE events derived from those steps.
 
 Each write is one transaction (``_write``): the steps through the trace store, the run's events
-beside them (``agent.events``), and the run's own fields; the trace's and the run's events go
-out once it has committed.
+beside them (``agent.events``), and the run's own fields (lifecycle only: its answer and its
+error are in its steps); the trace's and the run's events go out once it has committed.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -24,20 +25,28 @@ from agent.conversation import RunAnswer, RunConversation, TranscriptEntry
 from agent.events import RunEvents
 from agent.knowledge.search import SearchResult
 from agent.langfuse import langfuse_run_finished
-from agent.llm.base import LLMProvider, LLMResponse
+from agent.llm.base import LLMProvider, LLMResponse, usage_data
 from agent.loop import Iteration
 from agent.models import AgentRun, RunEvent, RunStatus
-from agent.projections import step_event
+from agent.otel import otel_run_finished
+from agent.projections import step_event, step_started_event
 from devassist.connections import in_thread
 from traces.models import StepStatus, TraceStatus
+from traces.outcomes import result_status
+from traces.projections import LIVE_OUTPUT_KEY
 from traces.store import StepCreate, get_trace_store
 
 logger = structlog.get_logger(__name__)
 
+#: What a running tool's action step keeps of its output for the trace's watchers: the last
+#: this many characters of each stream.
+LIVE_OUTPUT_TAIL_CHARS = 2000
+
 
 @dataclass(frozen=True)
 class RunEnd:
-    """How a run ended: its status, and its answer or its error (with the error's code)."""
+    """How a run ended: its status, and its answer or its error (with the error's code), for
+    its last events and Langfuse; what is stored of them is in its trace."""
 
     status: str
     output: str = ""
@@ -54,6 +63,8 @@ class _OpenIteration:
     stored: bool = False
     action: StepCreate | None = None
     tool_started: float = 0.0  # monotonic
+    #: The tail of what the running tool printed, per stream (its action's ``live_output``).
+    live_output: dict[str, str] = field(default_factory=dict)
 
 
 #: A run's trace ends with the run's status (anything else is a failure).
@@ -61,6 +72,39 @@ _TRACE_STATUS: dict[str, str] = {
     RunStatus.COMPLETED.value: TraceStatus.COMPLETED,
     RunStatus.CANCELLED.value: TraceStatus.CANCELLED,
 }
+
+
+def model_call_step(
+    response: LLMResponse,
+    *,
+    parent_id: uuid.UUID,
+    name: str,
+    started_at: float,
+    description: str = "",
+    data: dict[str, Any] | None = None,
+) -> StepCreate:
+    """A model call as a ``thought`` step under ``parent_id``: its raw ``output``, model,
+    finish reason, ``truncated`` (stopped at ``max_tokens``), ``usage`` (None when the server
+    reported none: unknown, not zero) and timing (``started_at`` in epoch seconds), and
+    ``data`` besides."""
+    return StepCreate(
+        step_type="thought",
+        parent_id=parent_id,
+        name=name,
+        status=StepStatus.COMPLETED,
+        description=description,
+        data={
+            **(data or {}),
+            "output": response.content,
+            "model": response.model,
+            "finish_reason": response.finish_reason,
+            "truncated": response.truncated,
+            "usage": usage_data(response.usage),
+        },
+        tokens=response.usage.total_tokens if response.usage is not None else 0,
+        duration_ms=response.latency_ms,
+        started_at=datetime.fromtimestamp(started_at, tz=UTC),
+    )
 
 
 class RunRecorder:
@@ -77,48 +121,88 @@ class RunRecorder:
         self.step_count = 0
         #: What the model wrote and was shown during the run, for its conversation.
         self.transcript: list[TranscriptEntry] = []
-        #: The answer, once the run has one.
+        #: The answer, once the run has one (or, for a run that ends without one, the text it
+        #: had streamed of one, recorded by ``finish``).
         self.answer: RunAnswer | None = None
+        #: The answer text streamed so far (``answer_delta``).
+        self.streamed = ""
         self._open: _OpenIteration | None = None
 
     # -- the loop's reports --
 
     async def model_replied(self, iteration: Iteration) -> None:
-        response, parsed = iteration.response, iteration.parsed
+        response, reply = iteration.response, iteration.reply
         assert response is not None
-        assert parsed is not None
+        assert reply is not None
+        data: dict[str, Any] = {"thought": reply.thought}
+        if response.tool_calls:
+            data["tool_calls"] = [asdict(call) for call in response.tool_calls]
         thought = self.model_call(
             response,
             name=f"iteration {iteration.index}",
             started_at=iteration.started_at,
-            description=parsed.thought,
-            data={"thought": parsed.thought, "action_raw": response.content},
+            description=reply.thought,
+            data=data,
         )
         self._open = _OpenIteration(thought)
         self.transcript.append(TranscriptEntry("assistant", response.content, thought.id))
-        if parsed.action is None:
+        if not reply.calls:
             await self._write([thought])
             self._open.stored = True
-        # A reply that calls a tool is stored with its call, as the tool starts (next).
+        # A reply that calls tools is stored with its first call, as the tool starts (next).
 
     async def tool_started(self, iteration: Iteration) -> None:
         assert self._open is not None
+        data: dict[str, Any] = {"tool_name": iteration.tool_name, "arguments": iteration.tool_args}
+        if iteration.call_id is not None:
+            data["call_id"] = iteration.call_id
         action = StepCreate(
             step_type="action",
             parent_id=self._open.thought.id,
             name=iteration.tool_name or "",
             status=StepStatus.RUNNING,
-            data={"tool_name": iteration.tool_name, "arguments": iteration.tool_args},
+            data=data,
             started_at=timezone.now(),
         )
         self._open.action, self._open.tool_started = action, time.monotonic()
-        await self._write([self._open.thought, action])
+        self._open.live_output = {}
+        started = await self.events.next(
+            "step_started", step_started_event(self.step_count + 1, action=action)
+        )
+        steps = [action] if self._open.stored else [self._open.thought, action]
+        await self._write(steps, events=[started])
         self._open.stored = True
 
+    async def tool_output(self, stream: str, text: str) -> None:
+        """A piece of what the running tool printed on ``stream`` (``stdout`` or ``stderr``;
+        its rate and size are the tool's to bound: ``execute_code``'s sandbox does): an
+        ``output`` event, and the action step's ``live_output`` (the last
+        ``LIVE_OUTPUT_TAIL_CHARS`` of each stream) for the trace's watchers, in one
+        transaction. Ignored when no tool is running."""
+        opened = self._open
+        if opened is None or opened.action is None or not text:
+            return
+        action = opened.action
+        opened.live_output[stream] = (opened.live_output.get(stream, "") + text)[
+            -LIVE_OUTPUT_TAIL_CHARS:
+        ]
+        live = {name: opened.live_output.get(name, "") for name in ("stdout", "stderr")}
+        event = await self.events.next(
+            "output", {"step_id": str(action.id), "stream": stream, "text": text}
+        )
+        data = {**action.data, LIVE_OUTPUT_KEY: live}
+        await self._write([], updates={action.id: {"data": data}}, events=[event])
+
     async def iteration_finished(self, iteration: Iteration) -> None:
-        opened, self._open = self._open, None
+        """One tool call's result (or a reply's format error). The model call stays open
+        for the reply's next call, if it has one."""
+        opened = self._open
         assert opened is not None
-        status = StepStatus.FAILED if iteration.error else StepStatus.COMPLETED
+        self._open = replace(opened, action=None)
+        data = {"result": iteration.result, "truncated": iteration.observation_truncated}
+        # The tool's verdict (a non-zero exit, blocked code) fails the step as it is written,
+        # so the trace's error counts agree with the outcome shown (``traces.outcomes``).
+        status = result_status(error=iteration.error or "", data=data)
         now = timezone.now()
         action = opened.action
         result = StepCreate(
@@ -127,7 +211,7 @@ class RunRecorder:
             name=iteration.tool_name or "format",
             status=status,
             error=iteration.error or "",
-            data={"result": iteration.result, "truncated": iteration.observation_truncated},
+            data=data,
             started_at=now,
             finished_at=now,
         )
@@ -135,6 +219,9 @@ class RunRecorder:
         if action is not None:
             tool_ms = int((time.monotonic() - opened.tool_started) * 1000)
             updates[action.id] = {"status": status, "duration_ms": tool_ms, "finished_at": now}
+            if opened.live_output:
+                # The result holds the output now: the live copy goes.
+                updates[action.id]["data"] = action.data
             action = replace(action, status=status, duration_ms=tool_ms, finished_at=now)
         self.step_count += 1
         event = step_event(self.step_count, thought=opened.thought, action=action, result=result)
@@ -142,7 +229,10 @@ class RunRecorder:
         await self._write([result], updates=updates, events=[await self.events.next("step", event)])
 
     async def answer_delta(self, text: str) -> None:
+        """Answer text as it is written; an empty ``text`` (a flush is due) sends what is
+        queued now."""
         await self.events.delta(text)
+        self.streamed += text
         if self.run.first_output_at is None:
             self.run.first_output_at = timezone.now()
             await in_thread(
@@ -188,24 +278,15 @@ class RunRecorder:
         description: str = "",
         data: dict[str, Any] | None = None,
     ) -> StepCreate:
-        """A model call as a ``thought`` step under the goal: its model, usage and timing
-        (``started_at`` in epoch seconds), and ``data`` besides."""
-        return StepCreate(
-            step_type="thought",
+        """A model call of the run as a ``thought`` step under its goal
+        (``model_call_step``)."""
+        return model_call_step(
+            response,
             parent_id=self.goal_id,
             name=name,
-            status=StepStatus.COMPLETED,
+            started_at=started_at,
             description=description,
-            data={
-                **(data or {}),
-                "model": response.model,
-                "finish_reason": response.finish_reason,
-                "prompt_tokens": response.usage.prompt_tokens,
-                "completion_tokens": response.usage.completion_tokens,
-            },
-            tokens=response.usage.total_tokens,
-            duration_ms=response.latency_ms,
-            started_at=datetime.fromtimestamp(started_at, tz=UTC),
+            data=data,
         )
 
     async def retrieved(
@@ -217,7 +298,8 @@ class RunRecorder:
         started: float,
     ) -> None:
         """A RAG run's retrieval: an ``action`` step (``search_docs``) with its ``result``,
-        and a ``step`` event shaped like an agent iteration's."""
+        and ``step_started`` and ``step`` events shaped like an agent iteration's (so that a
+        client handles every tool call one way)."""
         found = [
             {"source": c.source, "chunk_index": c.chunk_index, "title": c.title, "score": c.score}
             for c in chunks
@@ -246,24 +328,34 @@ class RunRecorder:
             started_at=now,
             finished_at=now,
         )
+        started_event = await self.events.next(
+            "step_started", step_started_event(self.step_count + 1, action=action)
+        )
         self.step_count += 1
         event = step_event(self.step_count, thought=None, action=action, result=result)
         observation = orjson.dumps({"results": found}).decode()
         self.transcript.append(TranscriptEntry("tool", observation, result.id))
-        await self._write([action, result], events=[await self.events.next("step", event)])
+        await self._write(
+            [action, result], events=[started_event, await self.events.next("step", event)]
+        )
 
     # -- the end --
 
     async def finish(self, end: RunEnd, *, conversation: RunConversation | None) -> None:
         """Store the run's end: its conversation's new messages (``conversation.finished``),
         then, in one transaction, the run's status, its last events (``error``, ``done``) and
-        its trace's end. Never raises, so a failing run still records its failure."""
+        its trace's end (a failed run's error on its goal step; its answer is the ``response``
+        step already stored). Never raises, so a failing run still records its failure."""
         try:
             if self._open is not None and not self._open.stored:
                 # A reply that called a tool the run never started (the last "answer now"
                 # call): stored before the transcript that points at it.
                 await self._write([self._open.thought])
                 self._open.stored = True
+            if self.answer is None and self.streamed.strip():
+                # Stopped or failed while the answer was being written: what the user saw of
+                # it is kept, as a response step cut short.
+                await self._partial_answer(end)
             updates: dict[uuid.UUID, dict[str, Any]] = {}
             if self._open is not None and self._open.action is not None:
                 # A tool call cut short (a cancelled run, a failed one) ends with the run.
@@ -279,18 +371,15 @@ class RunRecorder:
                         self.run,
                         status=end.status,
                         transcript=self.transcript,
-                        answer=self.answer if end.status == RunStatus.COMPLETED else None,
+                        answer=self.answer,
                         llm=self.llm,
                     )
                 except Exception:
                     logger.exception("agent_run_conversation_update_failed")
-            self.run.status, self.run.output = end.status, end.output
-            self.run.error, self.run.error_code = end.error, end.code
+            self.run.status, self.run.error_code = end.status, end.code
             self.run.finished_at = timezone.now()
             run_end = {
                 "status": end.status,
-                "output": end.output,
-                "error": end.error,
                 "error_code": end.code,
                 "finished_at": self.run.finished_at,
             }
@@ -314,6 +403,8 @@ class RunRecorder:
                 }.get(end.status, StepStatus.FAILED)
             }
             if end.status == RunStatus.FAILED:
+                # The run's error is its goal step's (``agent.selectors.run_error``); a
+                # cancellation is no error of the trace, its message is derived from the status.
                 goal["error"] = end.error
             try:
                 await self._write(
@@ -333,6 +424,20 @@ class RunRecorder:
         await langfuse_run_finished(
             run=self.run, status=end.status, output=end.output, error=end.error
         )
+        await otel_run_finished(run=self.run)
+
+    async def _partial_answer(self, end: RunEnd) -> None:
+        """The answer text streamed before the run ended without an answer, as a ``response``
+        step marked ``partial`` (skipped: cut short, by a stop or by the run's failure)."""
+        response = StepCreate(
+            step_type="response",
+            parent_id=self.goal_id,
+            name="answer (cut short)",
+            status=StepStatus.SKIPPED,
+            data={"answer": self.streamed, "partial": True, "run_status": end.status},
+        )
+        await self._write([response])
+        self.answer = RunAnswer(text=self.streamed, step_id=response.id)
 
     # -- writing --
 
@@ -349,7 +454,19 @@ class RunRecorder:
         if self.run.first_output_at is None and any(e.type == "step" for e in events):
             self.run.first_output_at = timezone.now()
             fields["first_output_at"] = self.run.first_output_at
-        await in_thread(self._write_sync, steps, updates or {}, events, complete, fields)
+        # A write is never cut short: a run stopped while one is under way (a running tool's
+        # output is written a few times a second) would leave its thread inside the write's
+        # broadcast, and the run's end could not be stored. The stop takes effect after it.
+        writing = asyncio.ensure_future(
+            in_thread(self._write_sync, steps, updates or {}, events, complete, fields)
+        )
+        try:
+            await asyncio.shield(writing)
+        except asyncio.CancelledError:
+            await asyncio.wait([writing])
+            if not writing.cancelled() and writing.exception() is not None:
+                logger.warning("agent_run_write_failed", error=str(writing.exception()))
+            raise
 
     def _write_sync(
         self,

@@ -9,6 +9,7 @@ from typing import Any
 from ninja import Field, Schema
 
 from devassist.schemas import InputSchema
+from traces.schemas import OutcomeOut
 
 
 class AgentIn(InputSchema):
@@ -18,6 +19,12 @@ class AgentIn(InputSchema):
         None,
         description="Run in this conversation of yours: the message and the answer are "
         "stored there, and the agent remembers the conversation.",
+    )
+    collection_name: str | None = Field(
+        None,
+        max_length=63,
+        description="The knowledge collection search_docs searches (unless the model names "
+        "another); default: the project's documentation.",
     )
 
 
@@ -35,6 +42,8 @@ class StepEventOut(Schema):
         "exit_code, duration_ms, timed_out, oom_killed, truncated...).",
     )
     error: str | None
+    status: str = Field(description="The result step's (the action's, for a call cut short).")
+    outcome: OutcomeOut = Field(description="What it came to (docs/chat.md, step states).")
     started_at_ms: int
     finished_at_ms: int
     latency_ms: int

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 import structlog
@@ -25,6 +26,7 @@ from agent.llm import get_llm
 from agent.models import AgentRun, RunEvent, RunMode, RunStatus
 from agent.tools.registry import default_registry
 from devassist.follow import broadcast
+from sandbox.files import InputFile
 from traces.models import StepStatus, Trace, TraceMode
 from traces.store import StepCreate, get_trace_store
 
@@ -43,11 +45,15 @@ def run_create_sync(
     tools: list[str] | None = None,
     request_id: str = "",
     conversation_id: uuid.UUID | None = None,
+    inputs: Sequence[InputFile] = (),
 ) -> AgentRun:
     """A running run, owned by this worker, with its trace (whose root ``goal`` step has the
     run's id) and its first event, ``meta``, stored in the caller's transaction (or one of its
     own): ready to follow and to start (``agent.executor.run_start``). ``conversation_id``
-    names the conversation the run answers in (its caller stores the messages). Only ``agent``
+    names the conversation the run answers in (its caller stores the messages). ``inputs``,
+    files for the run's code (from ``sandbox.files.input_files``, which refuses them past the
+    limits), are described in the goal step (name, path, size, media type, SHA-256); give
+    ``run_start`` the same ones. Only ``agent``
     runs use tools (``tools``: a subset of the registry's, all by default). Raises
     ``AgentInputInvalid`` for an empty message, an unknown mode or tool name."""
     if not message or not message.strip():
@@ -95,6 +101,8 @@ def run_create_sync(
         description=message,
         data={"task": message, "tools": run.tools, "model": run.model},
     )
+    if inputs:
+        goal.data["inputs"] = [item.describe() for item in inputs]
     with transaction.atomic():
         get_trace_store().open_trace_sync(run.trace, [goal])
         run.save(force_insert=True)

@@ -29,7 +29,7 @@ from typing import Any, ParamSpec, TypeVar
 
 from django.conf import settings
 
-from agent.llm.base import ChatMessage, LLMChunk, LLMProvider, LLMResponse
+from agent.llm.base import ChatMessage, LLMChunk, LLMProvider, LLMResponse, ToolDefinition
 from agent.tools.registry import ToolContext, ToolRegistry
 from devassist.connections import in_thread, release_connection
 
@@ -145,17 +145,25 @@ class _SlotFreeModel:
         self._slot = slot
 
     async def complete(
-        self, messages: Sequence[ChatMessage], *, stop: Sequence[str] | None = None
+        self,
+        messages: Sequence[ChatMessage],
+        *,
+        stop: Sequence[str] | None = None,
+        tools: Sequence[ToolDefinition] | None = None,
     ) -> LLMResponse:
         async with self._slot.released():
-            return await self.inner.complete(messages, stop=stop)
+            return await self.inner.complete(messages, stop=stop, tools=tools)
 
     async def stream(
-        self, messages: Sequence[ChatMessage], *, stop: Sequence[str] | None = None
+        self,
+        messages: Sequence[ChatMessage],
+        *,
+        stop: Sequence[str] | None = None,
+        tools: Sequence[ToolDefinition] | None = None,
     ) -> AsyncGenerator[LLMChunk, None]:
         # Free while each chunk is awaited, held while the caller handles it (its deltas).
         # Closing this stream closes the inner one (its HTTP response) at once.
-        async with aclosing(self.inner.stream(messages, stop=stop)) as inner:
+        async with aclosing(self.inner.stream(messages, stop=stop, tools=tools)) as inner:
             while True:
                 async with self._slot.released():
                     chunk = await anext(inner, None)

@@ -124,7 +124,8 @@ class ScriptedProvider:
     The reply depends only on the conversation: the number of tool calls comes from the task
     (``task_message``; ``tool_calls`` when the task does not say), the position from the number
     of assistant messages, so one instance serves any number of runs at once. Configure it as
-    ``settings.LLM = {"BACKEND": "benchmarks.agent_loop.ScriptedProvider"}``.
+    ``settings.LLM = {"BACKEND": "benchmarks.agent_loop.ScriptedProvider"}``. It speaks the
+    text protocol only: ``tools`` (native tool calling's definitions) are not used.
     """
 
     writes_free_text = False  # it speaks only the ReAct protocol
@@ -141,6 +142,7 @@ class ScriptedProvider:
         messages: Sequence[ChatMessage],
         *,
         stop: Sequence[str] | None = None,
+        tools: Sequence[Any] | None = None,
     ) -> LLMResponse:
         from agent.llm.base import LLMResponse, Usage
 
@@ -161,6 +163,7 @@ class ScriptedProvider:
         messages: Sequence[ChatMessage],
         *,
         stop: Sequence[str] | None = None,
+        tools: Sequence[Any] | None = None,
     ) -> AsyncGenerator[LLMChunk, None]:
         from agent.llm.base import LLMChunk
 
@@ -385,9 +388,12 @@ class PartTimer:
 async def run_once(user: Any, *, tool_calls: int) -> uuid.UUID:
     """One run start to finish, with one SSE subscriber following it; checks that it completed
     and that the subscriber saw every step and ``done``."""
+    from asgiref.sync import sync_to_async
+
     from agent.api import sse_frames
     from agent.executor import run_start
     from agent.models import AgentRun
+    from agent.selectors import run_outcomes
     from agent.services import run_create
 
     run = await run_create(user=user, message=task_message(tool_calls), tools=["noop"])
@@ -400,8 +406,9 @@ async def run_once(user: Any, *, tool_calls: int) -> uuid.UUID:
         or types.count("step") != tool_calls
         or types[-1:] != ["done"]
     ):
+        error = (await sync_to_async(run_outcomes)([finished]))[finished.id].error
         raise SystemExit(
-            f"run {run.id} ended {finished.status} ({finished.error_code} {finished.error}); "
+            f"run {run.id} ended {finished.status} ({finished.error_code} {error}); "
             f"the subscriber saw {types}"
         )
     return run.id

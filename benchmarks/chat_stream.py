@@ -99,7 +99,8 @@ from benchmarks.trace_tree import (  # noqa: E402
 DEFAULT_DATABASE_URL = "postgres://postgres@127.0.0.1:5432/devassist_chat_bench"
 BENCH_USERNAME = "chat-stream-benchmark"
 ANSWER_WORDS = [f"word{i} " for i in range(24)]
-TARGET_FIRST_EVENT_P50_MS = 100.0
+#: Issue 14's target: the first event's p50 at the top level, with the workers on Redis.
+TARGET_FIRST_EVENT_P50_MS = 150.0
 #: The set-ups, in the order they are measured.
 SETUPS = ("memory", "redis")
 #: Streams sent to each worker at once before the measurements, answered without --quiet-s.
@@ -558,14 +559,25 @@ def report(results: list[Level], setups: dict[str, str]) -> None:
             not level.relay_missing,
             f"{len(level.relay_missing)} missing",
         )
-    target = by_key.get(("memory", "sustained", top))
+    target = by_key.get(("redis", "sustained", top))
+    one = by_key.get(("memory", "sustained", top))
+    beside = (
+        f"; one worker in memory: {percentile(one.first_event_ms, 0.5):.1f} ms"
+        if one is not None
+        else ""
+    )
     if target is not None:
         p50 = percentile(target.first_event_ms, 0.5)
         verdict(
-            f"memory: first event p50 < {TARGET_FIRST_EVENT_P50_MS:.0f} ms at {top} sustained "
-            "streams",
+            f"redis workers: first event p50 < {TARGET_FIRST_EVENT_P50_MS:.0f} ms at {top} "
+            "sustained streams",
             p50 < TARGET_FIRST_EVENT_P50_MS,
-            f"{p50:.1f} ms",
+            f"{p50:.1f} ms{beside}",
+        )
+    elif one is not None:
+        print(
+            f"first event p50 at {top} sustained streams{beside.removeprefix(';')} (the target "
+            "is for the workers on Redis: --redis-url or REDIS_URL)"
         )
 
 

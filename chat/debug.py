@@ -6,7 +6,9 @@ the steps of their traces and its messages, and ``debug_view`` joins them; ``deb
 everything below it are pure (rows in, no database).
 
 Entries: every fact comes from one row, the text from the message, the timing, status, tokens,
-tool, arguments and structured result from the steps, the error from the run.
+tool, arguments and structured result from the steps, the run's error from its goal step (as
+``agent.selectors.run_error`` reads it: a cancelled run's is "Cancelled." unless its goal step
+says more), shown in the run's record too.
 
 - the user's request: the run's ``goal`` step and the user's message;
 - a memory read: a ``memory_read`` step, with the long-term memory message the model was given;
@@ -51,10 +53,12 @@ from django.db import connections
 from django.db.models import QuerySet, TextField
 from django.db.models.functions import Cast
 
-from agent.models import FINAL_RUN_STATUSES, AgentRun
+from agent.models import FINAL_RUN_STATUSES, AgentRun, RunStatus
+from agent.selectors import run_error
 from chat.exceptions import ConversationNotFound, SuperuserRequired
 from chat.models import Conversation, Message, MessageKind, MessageRole
 from traces.models import Step, StepStatus, StepType
+from traces.outcomes import step_outcome
 
 #: Filter buttons, in the order ``counts`` lists them.
 FILTERS = ("all", "user", "model", "tool", "error", "system")
@@ -72,8 +76,8 @@ ENTRY_STEP_TYPES = (
     StepType.RESPONSE,
 )
 
-#: The fields of a run, a message and a step the view reads (a run's output is its answer
-#: message; a step's tree bookkeeping and rollups belong to the trace browser): the keys of the
+#: The fields of a run, a message and a step the view reads (a run's answer and error are its
+#: steps'; a step's tree bookkeeping and rollups belong to the trace browser): the keys of the
 #: rows ``debug_view`` takes, as ``QuerySet.values`` gives them.
 RUN_FIELDS = (
     "id",
@@ -82,7 +86,6 @@ RUN_FIELDS = (
     "status",
     "input",
     "model",
-    "error",
     "error_code",
     "trace_id",
     "created_at",
@@ -139,11 +142,14 @@ class DebugEntry:
     call's or an answer's; ``usage`` (``prompt_tokens``, ``completion_tokens``,
     ``total_tokens``) a model call's. ``sequence`` is the message's, ``step_seq`` the step's.
     ``status``: the step's (a tool call's: its action's, ``failed`` when its result failed),
-    ``completed`` for a message without a step, the run's for an error. Times and
+    ``completed`` for a message without a step, the run's for an error. ``outcome`` is the
+    state shown on its line (``traces.outcomes.step_outcome`` of its step, a tool call's of its
+    result, else of its action); an entry is under ``error`` exactly when that outcome is an
+    error (a run's error entry is, unless the run was cancelled). Times and
     ``duration_ms`` are the step's (a tool call's: its action's); ``timed`` is whether they
     make a span on the timeline (a start, and an end, a duration, or still running). ``raw``
     holds the stored rows the entry comes from, by source: ``message``, ``step``, ``action``
-    and ``result`` (a tool call's), ``run`` (an error's)."""
+    and ``result`` (a tool call's), ``run`` (an error's: the run's row with its ``error``)."""
 
     key: str
     id: str
@@ -162,6 +168,7 @@ class DebugEntry:
     sequence: int | None
     step_seq: int | None
     status: str
+    outcome: dict[str, Any]
     timed: bool
     raw: dict[str, Any]
 
@@ -231,8 +238,12 @@ def conversation_debug(*, user: Any, conversation_id: uuid.UUID) -> DebugView:
             STEP_FIELDS,
             _step_record,
         ),
+        # An empty answer without a step (a run that failed or was stopped before it wrote
+        # any) records nothing the model saw: the run's error entry says what happened.
         messages=_records(
-            Message.objects.filter(conversation=conversation).order_by("sequence"),
+            Message.objects.filter(conversation=conversation)
+            .exclude(kind=MessageKind.TURN, content="", step__isnull=True)
+            .order_by("sequence"),
             MESSAGE_FIELDS,
             _message_record,
         ),
@@ -306,6 +317,7 @@ def _entry_json(entry: DebugEntry) -> dict[str, Any]:
         "sequence": entry.sequence,
         "step_seq": entry.step_seq,
         "status": entry.status,
+        "outcome": entry.outcome,
         "timed": entry.timed,
         "raw": entry.raw,
     }
@@ -345,9 +357,10 @@ def debug_view(
     """Join a conversation's rows into its view (the rules are in the module docstring).
 
     ``runs`` are the conversation's, ``steps`` steps of those runs' traces (other traces' and
-    steps of other types are left out), ``messages`` the conversation's, each with the fields
-    of ``RUN_FIELDS``, ``STEP_FIELDS``, ``MESSAGE_FIELDS`` (ids as ``uuid.UUID``s or as their
-    text). Any order; linear but for sorting."""
+    steps of other types are left out; a run's error is read from its goal step among them),
+    ``messages`` the conversation's, each with the fields of ``RUN_FIELDS``, ``STEP_FIELDS``,
+    ``MESSAGE_FIELDS`` (ids as ``uuid.UUID``s or as their text). Any order; linear but for
+    sorting."""
     return _view(
         conversation_id=conversation_id,
         title=title,
@@ -366,7 +379,8 @@ def _view(
     messages: list[Record],
 ) -> DebugView:
     """``debug_view`` on the rows' records, ``runs`` in the order they were created (their
-    times as text do not sort: a time on the second has no fraction)."""
+    times as text do not sort: a time on the second has no fraction); each run's record gets
+    its ``error``."""
     run_of_trace = {r["trace_id"]: r["id"] for r in runs if r["trace_id"] is not None}
     step_records = sorted(
         (
@@ -376,6 +390,14 @@ def _view(
         ),
         key=lambda s: (s["trace_id"], s["seq"]),
     )
+    goal_error: dict[str | None, str] = {}
+    for step in step_records:
+        if step["step_type"] == StepType.GOAL and step["parent_id"] is None:
+            goal_error.setdefault(step["trace_id"], step["error"])
+    for run in runs:
+        run["error"] = run_error(
+            status=run["status"], goal_error=goal_error.get(run["trace_id"], "")
+        )
     by_id = {s["id"]: s for s in step_records}
     #: Each run's entries with a step, in step order.
     joined: dict[str, list[_Joined]] = {r["id"]: [] for r in runs}
@@ -528,12 +550,7 @@ def _step_entry(
         label = "Model · Tools" if step["id"] in asked_tools else "Model"
         data = _object(step["data"])
         model = str(data.get("model") or "")
-        usage = {
-            name: data[name]
-            for name in ("prompt_tokens", "completion_tokens")
-            if isinstance(data.get(name), int)
-        }
-        usage["total_tokens"] = step["tokens"]
+        usage = _usage_of(data)
     elif step_type == StepType.RESPONSE:
         role, kind, label = MessageRole.ASSISTANT, "model", "Answer"
         model = run_model
@@ -552,9 +569,31 @@ def _step_entry(
         timing=step,
         message=message,
         status=step["status"],
-        failed=step["status"] == StepStatus.FAILED,
+        outcome=_outcome_of(step),
         raw={"message": message, "step": step},
     )
+
+
+def _outcome_of(step: Record) -> dict[str, Any]:
+    return step_outcome(step["step_type"], step["status"], step["error"], step["data"]).as_dict()
+
+
+def _usage_of(data: dict[str, Any]) -> dict[str, int] | None:
+    """A model call's token counts as its step stores them (``usage``; steps written before
+    it was one object keep ``prompt_tokens``/``completion_tokens`` beside it); None when the
+    server reported none."""
+    usage = data.get("usage")
+    if not isinstance(usage, dict):
+        usage = {
+            name: data[name] for name in ("prompt_tokens", "completion_tokens") if name in data
+        }
+    counts = {name: value for name, value in usage.items() if isinstance(value, int)}
+    if not counts:
+        return None
+    counts.setdefault(
+        "total_tokens", counts.get("prompt_tokens", 0) + counts.get("completion_tokens", 0)
+    )
+    return counts
 
 
 def _tool_entry(joined: _Joined, *, run_id: str) -> DebugEntry:
@@ -579,6 +618,7 @@ def _tool_entry(joined: _Joined, *, run_id: str) -> DebugEntry:
     status = joined.step["status"]
     if result is not None and result["status"] == StepStatus.FAILED:
         status = StepStatus.FAILED
+    outcome = _outcome_of(result if result is not None else joined.step)
     return _entry(
         key=f"step:{joined.step['id']}",
         entry_id=joined.step["id"],
@@ -592,7 +632,7 @@ def _tool_entry(joined: _Joined, *, run_id: str) -> DebugEntry:
         timing=joined.step,
         message=joined.message,
         status=status,
-        failed=bool(error) or status == StepStatus.FAILED,
+        outcome=outcome,
         raw={"message": joined.message, "action": action, "result": result},
     )
 
@@ -623,13 +663,17 @@ def _message_entry(message: Record) -> DebugEntry:
         timing=None,
         message=message,
         status=StepStatus.COMPLETED,
-        failed=False,
+        outcome=step_outcome(StepType.RESPONSE, StepStatus.COMPLETED, "", None).as_dict(),
         raw={"message": message},
     )
 
 
 def _error_entry(run: Record) -> DebugEntry:
     summary = f"{run['error_code']}: {run['error']}" if run["error_code"] else run["error"]
+    # The run's end as its goal step records it: skipped when cancelled, failed otherwise.
+    cancelled = run["status"] == RunStatus.CANCELLED
+    goal_status = StepStatus.SKIPPED if cancelled else StepStatus.FAILED
+    outcome = step_outcome(StepType.GOAL, goal_status, run["error"], None)
     return DebugEntry(
         key=f"error:{run['id']}",
         id=run["id"],
@@ -648,6 +692,7 @@ def _error_entry(run: Record) -> DebugEntry:
         sequence=None,
         step_seq=None,
         status=run["status"],
+        outcome=outcome.as_dict(),
         timed=False,
         raw={"run": run},
     )
@@ -667,7 +712,7 @@ def _entry(
     timing: Record | None,
     message: Record | None,
     status: str,
-    failed: bool,
+    outcome: dict[str, Any],
     raw: dict[str, Record | None],
 ) -> DebugEntry:
     """An entry whose times are ``timing``'s (a step), its creation its message's, else its
@@ -686,7 +731,7 @@ def _entry(
         run_id=run_id,
         role=str(role),
         kind=kind,
-        filters=(kind, "error") if failed else (kind,),
+        filters=(kind, "error") if outcome["is_error"] else (kind,),
         label=label,
         summary=_one_line(summary),
         model=model,
@@ -698,6 +743,7 @@ def _entry(
         sequence=message["sequence"] if message is not None else None,
         step_seq=timing["seq"] if timing is not None else None,
         status=str(status),
+        outcome=outcome,
         timed=timed,
         raw={name: record for name, record in raw.items() if record is not None},
     )
@@ -754,7 +800,6 @@ def _run_record(run: Row) -> Record:
         "status": run["status"],
         "input": run["input"],
         "model": run["model"],
-        "error": run["error"],
         "error_code": run["error_code"],
         "trace_id": _id(run["trace_id"]),
         "created_at": _iso(run["created_at"]),

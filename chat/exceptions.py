@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from devassist.exceptions import Forbidden, InvalidInput, NotFound, TooLarge
+from devassist.exceptions import Conflict, Forbidden, InvalidInput, NotFound, TooLarge
 
 
 class ChatInputInvalid(InvalidInput):
@@ -31,3 +31,28 @@ class CursorInvalid(InvalidInput):
 
 class SuperuserRequired(Forbidden):
     code = "superuser_required"
+
+
+class MessageNotFound(NotFound):
+    code = "message_not_found"
+
+
+class MessageActionInvalid(InvalidInput):
+    """An action a message does not take (regenerating a user message's answer when it has
+    none to regenerate from, editing an answer, feedback on a user message)."""
+
+    code = "message_action_invalid"
+
+
+class ConversationBusy(Conflict):
+    """The conversation has a run going: its branch cannot change under it."""
+
+    code = "conversation_busy"
+
+
+class FeedbackInvalid(InvalidInput):
+    code = "feedback_invalid"
+
+
+class AttachmentNotFound(NotFound):
+    code = "attachment_not_found"

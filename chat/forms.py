@@ -25,3 +25,26 @@ class ChatSendForm(forms.Form):
     def route_flags(self) -> tuple[bool | None, bool | None]:
         """``(use_agent, use_rag)`` of the picked route (``auto`` when none was sent)."""
         return ROUTE_FLAGS[self.cleaned_data["route"] or "auto"]
+
+
+class EditForm(forms.Form):
+    """An edited version of a user message, with the route picked for its answer."""
+
+    message = forms.CharField(strip=False)
+    route = forms.ChoiceField(choices=[(name, name) for name in ROUTE_FLAGS], required=False)
+
+    def route_flags(self) -> tuple[bool | None, bool | None]:
+        return ROUTE_FLAGS[self.cleaned_data["route"] or "auto"]
+
+
+class FeedbackForm(forms.Form):
+    rating = forms.ChoiceField(choices=[("up", "up"), ("down", "down")])
+    comment = forms.CharField(required=False, strip=True, max_length=2000)
+
+
+class BranchForm(forms.Form):
+    message_id = forms.UUIDField()
+
+
+class RenameForm(forms.Form):
+    title = forms.CharField(max_length=200)

@@ -1,17 +1,22 @@
 """Conversation memory: what a chat turn's run remembers of its conversation.
 
-- Short-term: the last ``short_term_turns`` turns (user messages and final answers) before the
-  new message, read from the database, with an in-process LRU cache over
-  ``cached_conversations`` conversations. Messages are numbered without gaps, so a cached
-  window is known to be current when it ends where the conversation did: a message written by
-  another worker shows as a gap and the window is read again.
+- Short-term: the last ``short_term_turns`` turns (user messages and answers) of the branch
+  that leads to the new message (turns form a tree: ``chat.models``), read from the database,
+  with an in-process LRU cache over ``cached_conversations`` conversations. A branch ending at
+  a given turn never changes (turns are only added), so a cached window is current when it
+  ends at the turn the new message follows; it is extended as its branch grows.
 - Long-term: turns that fall out of the short-term window accumulate; once there are
   ``summary_threshold`` of them, the model summarises them into at most ``max_facts`` stable
   facts (the offline provider picks them out of the text), kept as a ``MemorySummary`` row and
-  as a record of the Chroma collection ``agent_memory`` tagged with the conversation id. A new
-  message recalls the ``recall_summaries`` summaries nearest to it, given to the model as one
-  system message ``Long-term memory:`` followed by ``- fact`` lines. Memories never cross
-  conversations: every lookup filters on the conversation id.
+  as a record of the Chroma collection ``agent_memory`` tagged with the conversation id and
+  the sequence of the last turn it summarises. A new message recalls the ``recall_summaries``
+  summaries nearest to it among those of its own branch (an edited message's branch does not
+  remember what the abandoned one said), given to the model as one system message
+  ``Long-term memory:`` followed by ``- fact`` lines. Memories never cross conversations:
+  every lookup filters on the conversation id.
+
+An answer with no text (its run failed or was stopped before it wrote any) is left out of the
+history the model is given.
 
 The long-term store failing never fails a run: ``recall`` and ``consolidate`` log the failure
 and report it (the run records it on its ``memory_read`` / ``memory_write`` steps).
@@ -37,7 +42,7 @@ from django.db.models import Max
 from agent.knowledge.store import query_texts, upsert_texts
 from agent.llm.base import ChatMessage, LLMProvider
 from chat.models import MemorySummary, Message, MessageKind, MessageRole
-from chat.selectors import turns_between, turns_through
+from chat.selectors import branch_turns, turn_tree
 from devassist.connections import in_thread
 
 logger = structlog.get_logger(__name__)
@@ -77,6 +82,11 @@ class Turn:
     role: str
     content: str
     sequence: int
+    id: uuid.UUID | None = None
+
+
+def _turn(message: Message) -> Turn:
+    return Turn(message.role, message.content, message.sequence, message.id)
 
 
 # --- short-term ----------------------------------------------------------------------------
@@ -84,14 +94,14 @@ class Turn:
 
 @dataclass
 class _Window:
-    through: int  # the conversation's last sequence when the window was read or extended
+    through: uuid.UUID | None  # the turn the window's branch ends at
     turns: deque[Turn]
 
 
 class ShortTermMemory:
-    """The last ``turns`` turns of up to ``conversations`` conversations, least recently used
-    evicted first, each with one more turn (the newest message, which a run gets apart from
-    its history). Thread-safe."""
+    """The last ``turns`` turns of a branch of up to ``conversations`` conversations (one
+    branch each), least recently used evicted first, each with one more turn (the newest
+    message, which a run gets apart from its history). Thread-safe."""
 
     def __init__(self, *, turns: int, conversations: int) -> None:
         self.turns = turns
@@ -101,47 +111,46 @@ class ShortTermMemory:
         self._lock = threading.Lock()
 
     def window(
-        self, conversation_id: uuid.UUID, *, through_sequence: int
+        self, conversation_id: uuid.UUID, *, through_id: uuid.UUID | None
     ) -> tuple[list[Turn], bool]:
-        """The last ``turns + 1`` turns with a sequence up to ``through_sequence``, oldest first,
-        and whether they came from the cache. Reads the database on a miss."""
+        """The last ``turns + 1`` turns of the branch ending at the turn ``through_id`` (the
+        newest turn when None), oldest first, and whether they came from the cache. Reads the
+        database on a miss."""
         with self._lock:
             cached = self._windows.get(conversation_id)
-            if cached is not None and cached.through == through_sequence:
+            if cached is not None and through_id is not None and cached.through == through_id:
                 self._windows.move_to_end(conversation_id)
                 return list(cached.turns), True
-        rows = turns_through(
-            conversation_id=conversation_id, through_sequence=through_sequence, limit=self.size
-        )
-        turns = [Turn(role=m.role, content=m.content, sequence=m.sequence) for m in rows]
-        self._put(conversation_id, _Window(through_sequence, deque(turns, maxlen=self.size)))
+        rows = branch_turns(conversation_id=conversation_id, through_id=through_id, limit=self.size)
+        turns = [_turn(m) for m in rows]
+        through = turns[-1].id if turns else None
+        self._put(conversation_id, _Window(through, deque(turns, maxlen=self.size)))
         return turns, False
 
     def appended(self, conversation_id: uuid.UUID, messages: Sequence[Message]) -> None:
-        """Messages were appended: extend the cached window when it ended just before them,
-        forget it otherwise (someone else wrote in between)."""
-        if not messages:
-            return
+        """Messages were appended: extend the cached window with the turns that continue its
+        branch, forget it when one does not (a fork, or another branch written)."""
         with self._lock:
             cached = self._windows.get(conversation_id)
             if cached is None:
                 return
-            if cached.through != messages[0].sequence - 1:
-                del self._windows[conversation_id]
-                return
             for message in messages:
-                if message.kind == MessageKind.TURN:
-                    cached.turns.append(Turn(message.role, message.content, message.sequence))
-            cached.through = messages[-1].sequence
+                if message.kind != MessageKind.TURN:
+                    continue
+                if message.parent_id != cached.through:
+                    del self._windows[conversation_id]
+                    return
+                cached.turns.append(_turn(message))
+                cached.through = message.id
 
-    def holds_whole(self, conversation_id: uuid.UUID, *, through_sequence: int) -> bool:
-        """Whether the cached window is the conversation's every turn up to
-        ``through_sequence``: read or extended through it, and not full."""
+    def holds_whole(self, conversation_id: uuid.UUID, *, through_id: uuid.UUID) -> bool:
+        """Whether the cached window is every turn of the branch ending at ``through_id``: it
+        ends there, and it is not full."""
         with self._lock:
             cached = self._windows.get(conversation_id)
             return (
                 cached is not None
-                and cached.through == through_sequence
+                and cached.through == through_id
                 and len(cached.turns) < self.size
             )
 
@@ -194,7 +203,11 @@ class Recollection:
         history: list[ChatMessage] = []
         if self.facts:
             history.append({"role": "system", "content": long_term_message(self.facts)})
-        history += [{"role": _chat_role(t.role), "content": t.content} for t in self.turns]
+        history += [
+            {"role": _chat_role(t.role), "content": t.content}
+            for t in self.turns
+            if t.content or t.role != MessageRole.ASSISTANT
+        ]
         return history
 
 
@@ -202,25 +215,29 @@ def long_term_message(facts: Sequence[str]) -> str:
     return "\n".join([MEMORY_PREFIX, *(f"- {fact}" for fact in facts)])
 
 
-async def recall(*, conversation_id: uuid.UUID, before_sequence: int, query: str) -> Recollection:
-    """The memory for a new message numbered ``before_sequence`` (itself left out): its
-    short-term window, and the long-term facts nearest to ``query``. A failing long-term store
-    gives no facts and its error; the database failing raises."""
+async def recall(*, conversation_id: uuid.UUID, asked_id: uuid.UUID, query: str) -> Recollection:
+    """The memory for the new message ``asked_id`` (itself left out): the short-term window of
+    its branch, and the long-term facts of that branch nearest to ``query``. A failing
+    long-term store gives no facts and its error; the database failing raises."""
     memory = short_term_memory()
-    window, cached = await in_thread(
-        memory.window, conversation_id, through_sequence=before_sequence
-    )
+    window, cached = await in_thread(memory.window, conversation_id, through_id=asked_id)
     config = memory_config()
-    turns = [t for t in window if t.sequence != before_sequence][-config.short_term_turns :]
+    turns = [t for t in window if t.id != asked_id][-config.short_term_turns :]
     if len(window) < memory.size:
-        # Every turn so far is in the window: none was ever summarised.
+        # Every turn of the branch is in the window: none was ever summarised.
         return Recollection(turns=turns, cached=cached, searched=False)
     try:
+        sequences = await in_thread(_branch_sequences, conversation_id, asked_id)
         hits = await sync_to_async(query_texts, thread_sensitive=False)(
             config.collection,
             text=query,
             n=config.recall_summaries,
-            where={"conversation_id": str(conversation_id)},
+            where={
+                "$and": [
+                    {"conversation_id": str(conversation_id)},
+                    {"through_sequence": {"$in": sequences}},
+                ]
+            },
         )
     except Exception as exc:
         logger.warning("memory_recall_failed", conversation_id=str(conversation_id), error=str(exc))
@@ -231,6 +248,11 @@ async def recall(*, conversation_id: uuid.UUID, before_sequence: int, query: str
             if line.strip() and line.strip() not in facts:
                 facts.append(line.strip())
     return Recollection(turns=turns, cached=cached, facts=facts, summaries=[hit.id for hit in hits])
+
+
+def _branch_sequences(conversation_id: uuid.UUID, through_id: uuid.UUID) -> list[int]:
+    tree = turn_tree(conversation_id=conversation_id)
+    return [node.sequence for node in tree.branch(tree.nodes.get(through_id))]
 
 
 # --- consolidation ---------------------------------------------------------------------------
@@ -250,20 +272,20 @@ class Consolidation:
 
 
 async def consolidate(
-    *, conversation_id: uuid.UUID, llm: LLMProvider, through_sequence: int | None = None
+    *, conversation_id: uuid.UUID, llm: LLMProvider, through_id: uuid.UUID | None = None
 ) -> Consolidation | None:
-    """Summarise the turns that fell out of the short-term window once at least
-    ``summary_threshold`` of them are not summarised yet. Returns None when there is nothing
-    to do; never raises for the model or the long-term store failing (the result carries the
-    error, and the turns stay pending for the next time). With ``through_sequence`` (the
-    conversation's last message), a conversation whose every turn the short-term cache holds
-    has none out of the window, and the database is not asked."""
+    """Summarise the turns of the branch ending at ``through_id`` (the newest turn when None)
+    that fell out of the short-term window, once at least ``summary_threshold`` of them are not
+    summarised yet. Returns None when there is nothing to do; never raises for the model or the
+    long-term store failing (the result carries the error, and the turns stay pending for the
+    next time). With ``through_id``, a branch whose every turn the short-term cache holds has
+    none out of the window, and the database is not asked."""
     config = memory_config()
-    if through_sequence is not None and short_term_memory().holds_whole(
-        conversation_id, through_sequence=through_sequence
+    if through_id is not None and short_term_memory().holds_whole(
+        conversation_id, through_id=through_id
     ):
         return None
-    pending = await in_thread(_pending_turns, conversation_id, config)
+    pending = await in_thread(_pending_turns, conversation_id, through_id, config)
     if len(pending) < config.summary_threshold:
         return None
     pending = pending[:SUMMARY_MAX_TURNS]
@@ -300,24 +322,24 @@ async def consolidate(
     )
 
 
-def _pending_turns(conversation_id: uuid.UUID, config: MemoryConfig) -> list[Turn]:
-    """Turns older than the short-term window and newer than the last summary."""
-    window = turns_through(
-        conversation_id=conversation_id,
-        through_sequence=2**31 - 1,
-        limit=config.short_term_turns,
-    )
-    if len(window) < config.short_term_turns:
+def _pending_turns(
+    conversation_id: uuid.UUID, through_id: uuid.UUID | None, config: MemoryConfig
+) -> list[Turn]:
+    """The branch's turns older than its short-term window and newer than the last summary of
+    the branch (along a branch, sequences only grow)."""
+    tree = turn_tree(conversation_id=conversation_id)
+    leaf = tree.nodes.get(through_id) if through_id is not None else tree.newest()
+    branch = tree.branch(leaf)
+    if len(branch) <= config.short_term_turns:
         return []
-    summarised = MemorySummary.objects.filter(conversation_id=conversation_id).aggregate(
-        through=Max("through_sequence")
-    )["through"]
-    rows = turns_between(
+    older = branch[: -config.short_term_turns]
+    summarised = MemorySummary.objects.filter(
         conversation_id=conversation_id,
-        after_sequence=summarised or 0,
-        before_sequence=window[0].sequence,
-    )
-    return [Turn(role=m.role, content=m.content, sequence=m.sequence) for m in rows]
+        through_sequence__in=[node.sequence for node in branch],
+    ).aggregate(through=Max("through_sequence"))["through"]
+    ids = [node.id for node in older if node.sequence > (summarised or 0)]
+    rows = Message.objects.filter(pk__in=ids).only("role", "content", "sequence")
+    return [_turn(m) for m in sorted(rows, key=lambda m: m.sequence)]
 
 
 def _store_summary(

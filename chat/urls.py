@@ -15,6 +15,28 @@ urlpatterns = [
         name="rename",
     ),
     path(
+        "ui/chat/conversations/<uuid:conversation_id>/rename-dialog",
+        views.conversation_rename_dialog,
+        name="rename_dialog",
+    ),
+    path(
+        "ui/chat/conversations/<uuid:conversation_id>/restore",
+        views.conversation_restore_view,
+        name="restore",
+    ),
+    path(
+        "ui/chat/conversations/<uuid:conversation_id>/branch",
+        views.branch_view,
+        name="branch",
+    ),
+    path(
+        "ui/chat/messages/<uuid:message_id>/regenerate",
+        views.regenerate_view,
+        name="regenerate",
+    ),
+    path("ui/chat/messages/<uuid:message_id>/edit", views.edit_view, name="edit"),
+    path("ui/chat/messages/<uuid:message_id>/feedback", views.feedback_view, name="feedback"),
+    path(
         "ui/chat/conversations/<uuid:conversation_id>/delete",
         views.conversation_delete_view,
         name="delete",

@@ -9,12 +9,13 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from http import HTTPStatus
 from typing import Any
 
 import structlog
 from asgiref.sync import sync_to_async
+from django.conf import settings
 from django.http import (
     Http404,
     HttpRequest,
@@ -25,37 +26,72 @@ from django.http import (
 from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.html import escape
 from django.utils.http import url_has_allowed_host_and_scheme
+from django.utils.safestring import mark_safe
+from django.utils.translation import gettext, gettext_noop, pgettext_lazy
 from django.views.decorators.http import require_GET, require_POST
-from django_htmx.http import HttpResponseClientRedirect, replace_url, trigger_client_event
+from django_htmx.http import (
+    HttpResponseClientRedirect,
+    replace_url,
+    reswap,
+    retarget,
+    trigger_client_event,
+)
 
 from agent.events import follow_run
-from agent.knowledge.answers import strip_sources_block
+from agent.knowledge.answers import listed_sources, strip_sources_block
+from agent.knowledge.selectors import models_document_url
 from agent.llm import get_llm
-from agent.models import AgentRun
+from agent.models import AgentRun, RunStatus
+from agent.selectors import run_outcomes, run_steps
 from agent.sse import HEARTBEAT, sse_response
 from chat.debug import conversation_debug, debug_view_json
 from chat.debug_layout import panel_layout
-from chat.exceptions import ConversationNotFound, CursorInvalid, RunAnswerNotFound
-from chat.forms import ChatSendForm
-from chat.markdown import render_markdown
-from chat.models import Conversation, Message
+from chat.exceptions import (
+    ChatInputInvalid,
+    ConversationNotFound,
+    CursorInvalid,
+    FeedbackInvalid,
+    MessageNotFound,
+    RunAnswerNotFound,
+    TitleInvalid,
+)
+from chat.forms import BranchForm, ChatSendForm, EditForm, FeedbackForm, RenameForm
+from chat.models import Conversation, MessageRole
+from chat.refusals import refusal_text
 from chat.selectors import (
+    DisplayMessage,
     active_run_for,
-    answer_sources,
+    answer_display_for,
+    attachment_list,
     conversation_get_for,
     conversation_list_for,
     conversation_steps,
     display_messages,
+    message_get_for,
     run_answer_for,
 )
-from chat.services import conversation_delete, conversation_rename
-from chat.turns import chat_turn_start
+from chat.services import (
+    answer_feedback_give,
+    conversation_branch_choose,
+    conversation_delete,
+    conversation_rename,
+    conversation_restore,
+    conversations_purge,
+    undo_delay,
+)
+from chat.turns import chat_turn_edit, chat_turn_regenerate, chat_turn_start
+from chat.uploads import uploaded_files
 from devassist.api import http_status
 from devassist.exceptions import DomainError
 from devassist.htmx import HtmxHttpRequest
+from devassist.markdown import highlight_code, render_markdown
 from devassist.storable import MAX_INT
+from traces.artifact_cards import artifact_cards
+from traces.models import StepStatus, StepType
+from traces.outcomes import step_outcome
 
 logger = structlog.get_logger(__name__)
 
@@ -67,15 +103,23 @@ def _own_conversation(request: HttpRequest, conversation_id: uuid.UUID) -> Conve
         raise Http404(exc.message) from exc
 
 
-ROUTE_LABELS = {"agent": "Agent", "rag": "RAG", "chat": "Chat"}
+#: The route badge of each run mode (the mode stays English: it is data, and the API's).
+ROUTE_LABELS = {
+    "agent": pgettext_lazy("route", "Agent"),
+    "rag": pgettext_lazy("route", "RAG"),
+    "chat": pgettext_lazy("route", "Chat"),
+}
 
 #: A program's result flags a step card names when they are set, in this order.
 PROGRAM_FLAGS = (
-    ("timed_out", "timed out"),
-    ("oom_killed", "out of memory"),
-    ("cancelled", "cancelled"),
-    ("truncated", "output truncated"),
+    ("timed_out", pgettext_lazy("program flag", "timed out")),
+    ("oom_killed", pgettext_lazy("program flag", "out of memory")),
+    ("cancelled", pgettext_lazy("program flag", "cancelled")),
+    ("truncated", pgettext_lazy("program flag", "output truncated")),
 )
+
+#: The tool name on the card of a reply that called no tool (it was out of format).
+NO_TOOL_LABEL = pgettext_lazy("step card", "format")
 
 
 def _observation_data(raw: Any) -> Any:
@@ -91,20 +135,35 @@ def _observation_data(raw: Any) -> Any:
         return raw
 
 
-def step_view(step: dict[str, Any]) -> dict[str, Any]:
-    """A ``step`` event as its card (``chat/_step.html``) shows it. The observation becomes
-    one of: ``program`` (a program's stdout, stderr, exit code, the flags set, a safety
-    warning), ``blocked`` (code the safety check refused, with its reason), ``results`` (a
-    search's passages, or ``results_message`` when there are none), or ``observation_text``
-    (any other result, JSON indented). The card escapes every value."""
+def _step_outcome(step: dict[str, Any], observation: Any) -> dict[str, Any]:
+    """A ``step`` event's outcome (``traces.outcomes``): the one it carries; for an event
+    stored before events carried one, the same rule on its observation, with the status it
+    implied (failed when it has an error)."""
+    if isinstance(step.get("outcome"), dict):
+        return step["outcome"]
+    error = str(step.get("error") or "")
+    status = StepStatus.FAILED if error else StepStatus.COMPLETED
+    return step_outcome(StepType.RESULT, status, error, {"result": observation}).as_dict()
+
+
+def step_view(step: dict[str, Any], *, trace_id: uuid.UUID | None = None) -> dict[str, Any]:
+    """A ``step`` event (of the run whose trace is ``trace_id``) as its card
+    (``chat/_step.html``) shows it. The observation becomes one of: ``program`` (a program's
+    stdout, stderr, exit code, the flags set, a safety warning, and the files it wrote as
+    ``artifacts``: ``chat.artifact_cards``), ``blocked`` (code the safety check refused, with
+    its reason), ``results`` (a search's passages, or ``results_message`` when there are
+    none), or ``observation_text`` (any other result, JSON indented); ``outcome`` is the state
+    its summary line shows. The card escapes every value; the arguments are highlighted by
+    Pygments (``args_code``, ``args_json``), which escapes them. A table's preview reads the
+    start of its file: call it off the event loop."""
     observation = _observation_data(step.get("observation"))
-    args = step.get("tool_args")
     view: dict[str, Any] = {
-        "label": step.get("tool_name") or "format",
+        "label": step.get("tool_name") or NO_TOOL_LABEL,
         "latency_ms": step.get("latency_ms"),
         "thought": step.get("thought") or "",
         "error": step.get("error") or "",
-        "args_json": json.dumps(args, ensure_ascii=False, indent=2) if args is not None else "",
+        **_args_view(step.get("tool_name"), step.get("tool_args")),
+        "outcome": _step_outcome(step, observation),
     }
     if isinstance(observation, dict) and ("stdout" in observation or "exit_code" in observation):
         view["program"] = {
@@ -113,6 +172,7 @@ def step_view(step: dict[str, Any]) -> dict[str, Any]:
             "exit_code": observation.get("exit_code"),
             "flags": [label for key, label in PROGRAM_FLAGS if observation.get(key)],
             "safety": str(observation.get("safety") or ""),
+            "artifacts": artifact_cards(trace_id, observation.get("artifacts") or []),
         }
     elif isinstance(observation, dict) and observation.get("blocked"):
         view["blocked"] = str(observation.get("safety") or "")
@@ -126,18 +186,124 @@ def step_view(step: dict[str, Any]) -> dict[str, Any]:
     return view
 
 
+def running_step_view(started: dict[str, Any]) -> dict[str, Any]:
+    """A ``step_started`` event as its running card (``chat/_step.html`` with ``running``): the
+    tool, its arguments, when it started (epoch ms, for the elapsed time) and ``live_id``, the
+    prefix of the ids of the card's live output (``<live_id>-stdout``, ``<live_id>-stderr``)
+    that ``output`` events append to."""
+    args = started.get("tool_args")
+    return {
+        "running": True,
+        "label": started.get("tool_name") or NO_TOOL_LABEL,
+        "started_at_ms": started.get("started_at_ms"),
+        **_args_view(started.get("tool_name"), args),
+        "live_id": live_output_id(started.get("step_id")),
+    }
+
+
+def live_output_id(step_id: Any) -> str:
+    """The prefix of the ids of an action step's live output in its running card."""
+    return f"live-{step_id}"
+
+
+def step_card_id(run_id: uuid.UUID, step_index: Any) -> str:
+    """The id of the card of a run's ``step_index``-th step: its running card, then the
+    finished card that replaces it."""
+    return f"step-{run_id}-{step_index}"
+
+
+def _args_view(tool: Any, args: Any) -> dict[str, str]:
+    """A tool call's arguments as highlighted HTML: ``execute_code``'s ``code`` as Python
+    (``args_code``), the others as indented JSON (``args_json``); empty strings for none."""
+    code = args.get("code") if tool == "execute_code" and isinstance(args, dict) else None
+    if isinstance(code, str):
+        args = {key: value for key, value in args.items() if key != "code"} or None
+    view = {"args_code": "", "args_json": ""}
+    if isinstance(code, str):
+        view["args_code"] = mark_safe(highlight_code(code, "python"))  # noqa: S308
+    if args is not None:
+        text = json.dumps(args, ensure_ascii=False, indent=2)
+        view["args_json"] = mark_safe(highlight_code(text, "json"))  # noqa: S308
+    return view
+
+
 def answer_view(
     *, content: str, mode: str, model: str, sources: list[dict[str, Any]]
 ) -> dict[str, Any]:
+    """An answer as ``chat/_answer_body.html`` shows it: its Markdown rendered, and the
+    sources its own ``Sources:`` list names, listed under it (each with the ``url`` of its
+    document page when the list links it) instead of that list."""
     if sources:
-        # The sources are listed under the answer; the answer's own list would repeat them.
+        listed = listed_sources(content)
+        sources = [{**s, "url": listed[s["number"]]} for s in sources if s.get("number") in listed]
         content = strip_sources_block(content)
     return {
-        "html": render_markdown(content),
+        "html": render_markdown(content) if content.strip() else "",
         "mode": mode,
         "route_label": ROUTE_LABELS.get(mode, mode),
         "model": model,
         "sources": sources,
+    }
+
+
+def versions_view(message: DisplayMessage, conversation_id: uuid.UUID) -> dict[str, Any] | None:
+    """A turn's version switcher (``chat/_versions.html``): which of how many, and the turns
+    before and after it; None for a turn with one version."""
+    versions = message.versions
+    if len(versions) < 2:
+        return None
+    index = message.version - 1
+    return {
+        "index": index + 1,
+        "count": len(versions),
+        "prev": versions[index - 1] if index > 0 else None,
+        "next": versions[index + 1] if index + 1 < len(versions) else None,
+        "conversation_id": conversation_id,
+    }
+
+
+def answer_turn_view(
+    message: DisplayMessage,
+    conversation_id: uuid.UUID,
+    cards: Sequence[dict[str, Any]] = (),
+) -> dict[str, Any]:
+    """An answer turn as the chat shows it (``chat/_answer.html``): ``answer_view``, its
+    run's state (``stopped``, ``failed``, with the error), its Markdown source (Copy), its
+    versions and its feedback, and the images the run's programs made (from its step
+    ``cards``), shown under it."""
+    return {
+        "images": [
+            artifact
+            for card in cards
+            for artifact in (card.get("program") or {}).get("artifacts", [])
+            if artifact["kind"] == "image"
+        ],
+        **answer_view(
+            content=message.content,
+            mode=message.mode,
+            model=message.model,
+            sources=message.sources,
+        ),
+        "message_id": message.id,
+        "run_id": message.run_id,
+        "status": message.run_status,
+        "stopped": message.run_status == RunStatus.CANCELLED,
+        "failed": message.run_status == RunStatus.FAILED,
+        "error": message.error,
+        "source": message.content,
+        "versions": versions_view(message, conversation_id),
+        "feedback": message.feedback,
+    }
+
+
+def user_turn_view(message: DisplayMessage, conversation_id: uuid.UUID) -> dict[str, Any]:
+    """A user message as the chat shows it (``chat/_user.html``), with its versions and its
+    files."""
+    return {
+        "message_id": message.id,
+        "text": message.content,
+        "versions": versions_view(message, conversation_id),
+        "attachments": message.attachments,
     }
 
 
@@ -153,48 +319,87 @@ def live_view(run: AgentRun) -> dict[str, Any]:
     }
 
 
+def messages_context(conversation: Conversation | None) -> dict[str, Any]:
+    """What ``chat/page.html#messages`` shows of a conversation: the turns of the branch it
+    shows (steps collapsed, answers rendered, each with its actions), and a run still going
+    as its live turn, which follows the run's stream from its first event. A user message
+    whose run failed before answers were always stored shows that failure after it."""
+    turns: list[dict[str, Any]] = []
+    if conversation is None:
+        return {"turns": turns, "live": None}
+    steps = conversation_steps(conversation=conversation)
+
+    def cards(message: DisplayMessage) -> list[dict[str, Any]]:
+        run_steps = steps.get(message.run_id, []) if message.run_id else []
+        return [step_view(s, trace_id=message.trace_id) for s in run_steps]
+
+    for message in display_messages(conversation=conversation):
+        if message.role == MessageRole.ASSISTANT:
+            answer_cards = cards(message)
+            turns.append(
+                {
+                    "message": message,
+                    "answer": answer_turn_view(message, conversation.id, answer_cards),
+                    "steps": answer_cards,
+                }
+            )
+            continue
+        turn: dict[str, Any] = {
+            "message": message,
+            "user_turn": user_turn_view(message, conversation.id),
+        }
+        if message.run_status in {"failed", "cancelled"} and not message.answered:
+            turn["steps"] = cards(message)
+        turns.append(turn)
+    active = active_run_for(conversation=conversation)
+    return {"turns": turns, "live": live_view(active) if active else None}
+
+
 @require_GET
 def chat_page(request: HtmxHttpRequest, conversation_id: uuid.UUID | None = None) -> HttpResponse:
-    """The chat: a conversation's turns (steps collapsed, answers rendered), or an empty new
-    chat; a run still going is shown as its live turn, which follows the run's stream from its
-    first event."""
+    """The chat: a conversation's branch (``messages_context``), or an empty new chat. Without
+    a model (the offline provider) a notice says so, and how to add one. ``?deleted=<id>``
+    (where deleting the open conversation leads) offers to undo that delete. Conversations
+    deleted past their undo delay are purged first."""
+    conversations_purge(user=request.user)
     conversation = _own_conversation(request, conversation_id) if conversation_id else None
-    turns: list[dict[str, Any]] = []
-    active = None
-    if conversation is not None:
-        messages = display_messages(conversation=conversation)
-        steps = conversation_steps(conversation=conversation)
-        for message in messages:
-            turn: dict[str, Any] = {"message": message}
-            run_steps = steps.get(message.run_id, []) if message.run_id else []
-            if message.role == "assistant":
-                turn["answer"] = answer_view(
-                    content=message.content,
-                    mode=message.mode,
-                    model=message.model,
-                    sources=message.sources,
-                )
-                turn["steps"] = [step_view(s) for s in run_steps]
-            elif message.run_status in {"failed", "cancelled"}:
-                turn["steps"] = [step_view(s) for s in run_steps]
-            turns.append(turn)
-        active = active_run_for(conversation=conversation)
     page = conversation_list_for(user=request.user)
+    llm = get_llm()
     return render(
         request,
         "chat/page.html",
         {
             "conversation": conversation,
-            "turns": turns,
-            "live": live_view(active) if active else None,
+            **messages_context(conversation),
             "conversations": page.conversations,
             "next_cursor": page.next_cursor,
             "query": "",
             "current_id": str(conversation.id) if conversation else "",
-            "model": get_llm().model,
+            "model": llm.model,
+            "offline": not llm.writes_free_text,
+            "models_url": None if llm.writes_free_text else models_document_url(),
             "debug_mode": debug_mode_on(request),
             "debug_next": request.get_full_path(),
+            "deleted": _undoable(request, request.GET.get("deleted", "")),
+            "undo_s": settings.CHAT_UNDO_DELETE_S,
         },
+    )
+
+
+def _undoable(request: HtmxHttpRequest, value: str) -> Conversation | None:
+    """The user's conversation ``value`` names if it is deleted and may still be restored."""
+    try:
+        conversation_id = uuid.UUID(value)
+    except ValueError:
+        return None
+    return (
+        Conversation.objects.filter(
+            owner=request.user,
+            pk=conversation_id,
+            deleted_at__gte=timezone.now() - undo_delay(),
+        )
+        .only("id", "title")
+        .first()
     )
 
 
@@ -213,9 +418,9 @@ async def send_message(request: HtmxHttpRequest) -> HttpResponse:
         # A missing message is refused as chat_turn_start refuses an empty one; the other
         # fields only go wrong when the form is forged.
         error = (
-            "The message is empty."
+            gettext("The message is empty.")
             if "message" in form.errors
-            else f"The form's {', '.join(form.errors)} is not valid."
+            else gettext("The form's %(fields)s is not valid.") % {"fields": ", ".join(form.errors)}
         )
         return _send_refused(request, text=text, error=error)
     use_agent, use_rag = form.route_flags()
@@ -227,17 +432,30 @@ async def send_message(request: HtmxHttpRequest) -> HttpResponse:
             conversation_id=conversation_id,
             use_agent=use_agent,
             use_rag=use_rag,
+            files=await sync_to_async(uploaded_files)(request.FILES.getlist("files")),
             request_id=getattr(request, "request_id", ""),
         )
     except DomainError as exc:
-        return _send_refused(request, text=text, error=exc.message, status=http_status(exc))
+        return _send_refused(request, text=text, error=refusal_text(exc), status=http_status(exc))
     run = turn.run
     if not request.htmx:
         return redirect("chat:conversation", run.conversation_id)
+    asked = turn.asked
     response = render(
         request,
         "chat/_turn_sent.html",
-        {"text": text, "live": live_view(run), "new_chat": conversation_id is None},
+        {
+            "text": text,
+            "user_turn": {
+                "message_id": asked.id,
+                "text": text,
+                "attachments": await sync_to_async(attachment_list)(asked),
+            }
+            if asked
+            else None,
+            "live": live_view(run),
+            "new_chat": conversation_id is None,
+        },
     )
     if conversation_id is None:
         response = replace_url(response, reverse("chat:conversation", args=[run.conversation_id]))
@@ -267,10 +485,13 @@ async def run_stream(request: HtmxHttpRequest, run_id: uuid.UUID) -> StreamingHt
     ``done``."""
     user = await request.auser()
     try:
-        await sync_to_async(run_answer_for)(user=user, run_id=run_id)
+        run, _ = await sync_to_async(run_answer_for)(user=user, run_id=run_id)
     except RunAnswerNotFound as exc:
         raise Http404(exc.message) from exc
-    return sse_response(_html_frames(user=user, run_id=run_id, after_seq=_after_seq(request)))
+    frames = _html_frames(
+        user=user, run_id=run_id, trace_id=run.trace_id, after_seq=_after_seq(request)
+    )
+    return sse_response(frames)
 
 
 def _after_seq(request: HttpRequest) -> int:
@@ -283,29 +504,51 @@ def _after_seq(request: HttpRequest) -> int:
     return 0
 
 
-async def _html_frames(*, user: Any, run_id: uuid.UUID, after_seq: int) -> AsyncIterator[bytes]:
+async def _html_frames(
+    *, user: Any, run_id: uuid.UUID, trace_id: uuid.UUID | None, after_seq: int
+) -> AsyncIterator[bytes]:
     async for item in follow_run(run_id, after_seq=after_seq):
         if item is None:
             yield HEARTBEAT
             continue
         seq, event = item
-        rendered = await html_event(user=user, run_id=run_id, event=event)
+        rendered = await html_event(user=user, run_id=run_id, trace_id=trace_id, event=event)
         if rendered is not None:
             yield sse_frame(seq, *rendered)
 
 
 async def html_event(
-    *, user: Any, run_id: uuid.UUID, event: dict[str, Any]
+    *, user: Any, run_id: uuid.UUID, trace_id: uuid.UUID | None, event: dict[str, Any]
 ) -> tuple[str, str] | None:
     """A run event as ``(SSE event name, HTML)`` for the live turn, None for one the page does
-    not show (``meta``: the live turn is rendered from the run; extensions). ``step`` is its
-    card (``chat/_step.html``), ``delta`` the answer's text escaped, ``run-error`` (the
-    ``error`` event, renamed because EventSource dispatches its own connection errors as
-    ``error``) the failure, ``done`` the answer rendered as the page renders a finished one
-    (or the run's failure); all text in them is escaped."""
+    not show (``meta``: the live turn is rendered from the run). ``step_started`` is the tool
+    call's running card (``chat/_step.html``, ``running``), ``output`` the text it printed,
+    appended to that card's stdout or stderr out of band; ``step`` is the finished card
+    (``chat/_step.html``), which replaces the running card out of band when the step had one
+    (a tool call; a reply out of format has none and is appended); ``delta`` the answer's
+    text escaped, ``run-error`` (the ``error`` event, renamed because EventSource dispatches
+    its own connection errors as ``error``) the failure, ``done`` the answer rendered as the
+    page renders a finished one (or the run's failure); all text in them is escaped."""
     kind = event.get("type")
+    context: dict[str, Any]
+    if kind == "step_started":
+        context = {
+            "step": running_step_view(event),
+            "card_id": step_card_id(run_id, event.get("step_index")),
+        }
+        return "step_started", render_to_string("chat/_step.html", context)
+    if kind == "output":
+        stream = "stderr" if event.get("stream") == "stderr" else "stdout"
+        target = f"{live_output_id(event.get('step_id'))}-{stream}"
+        context = {"target": target, "text": str(event.get("text") or "")}
+        return "output", render_to_string("chat/_step_output.html", context).strip()
     if kind == "step":
-        return "step", render_to_string("chat/_step.html", {"step": step_view(event)})
+        context = {
+            "step": await sync_to_async(step_view)(event, trace_id=trace_id),
+            "card_id": step_card_id(run_id, event.get("step_index")),
+            "replaces_running": event.get("tool_name") is not None,
+        }
+        return "step", render_to_string("chat/_step.html", context)
     if kind == "delta":
         return "delta", escape(str(event.get("content") or ""))
     if kind == "error":
@@ -317,8 +560,10 @@ async def html_event(
 
 
 def _final_answer_html(*, user: Any, run_id: uuid.UUID) -> str:
-    run, answer = run_answer_for(user=user, run_id=run_id)
-    return render_to_string("chat/_answer_body.html", _answer_context(run, answer))
+    """The live turn's end: its answer body, and its header (the run's state) and actions
+    swapped in out of band."""
+    run, answer = answer_display_for(user=user, run_id=run_id)
+    return render_to_string("chat/_answer_done.html", _answer_context(run, answer))
 
 
 def sse_frame(seq: int, name: str, html: str) -> bytes:
@@ -354,45 +599,196 @@ def conversation_list(request: HtmxHttpRequest) -> HttpResponse:
     )
 
 
+@require_GET
+def conversation_rename_dialog(
+    request: HtmxHttpRequest, conversation_id: uuid.UUID
+) -> HttpResponse:
+    """The rename dialog of one of the user's conversations (``chat/_rename_dialog.html``)."""
+    conversation = _own_conversation(request, conversation_id)
+    return render(request, "chat/_rename_dialog.html", {"c": conversation})
+
+
 @require_POST
 def conversation_rename_view(request: HtmxHttpRequest, conversation_id: uuid.UUID) -> HttpResponse:
-    """Rename to the ``HX-Prompt`` answer (or the ``title`` field); returns the row."""
+    """Rename to the ``title`` field; answers with the row (out of band, and the dialog
+    closed), or the dialog again with the error for a blank title (400)."""
     conversation = _own_conversation(request, conversation_id)
-    title = (request.htmx.prompt if request.htmx else None) or request.POST.get("title", "")
-    conversation = conversation_rename(conversation=conversation, title=title)
-    return render(request, "chat/_conversation_row.html", {"c": conversation})
+    form = RenameForm(request.POST)
+    title = form.cleaned_data["title"] if form.is_valid() else ""
+    try:
+        conversation = conversation_rename(conversation=conversation, title=title)
+    except TitleInvalid as exc:
+        return render(
+            request,
+            "chat/_rename_dialog.html",
+            {"c": conversation, "error": refusal_text(exc)},
+            status=HTTPStatus.BAD_REQUEST,
+        )
+    if not request.htmx:
+        return redirect("chat:conversation", conversation.id)
+    # The row stays marked when it is the open conversation's.
+    page = request.htmx.current_url_abs_path or ""
+    shown = page.startswith(reverse("chat:conversation", args=[conversation.id]))
+    return render(
+        request,
+        "chat/_renamed.html",
+        {"c": conversation, "current_id": str(conversation.id) if shown else ""},
+    )
 
 
 @require_POST
 def conversation_delete_view(request: HtmxHttpRequest, conversation_id: uuid.UUID) -> HttpResponse:
-    """Delete; the row disappears, or the page goes to a new chat when it was the open one."""
+    """Delete (``conversation_delete``: undoable for ``CHAT_UNDO_DELETE_S``): the row goes,
+    and a toast offers to undo; the open conversation's page goes to a new chat that offers
+    it (``?deleted=``)."""
     conversation = _own_conversation(request, conversation_id)
+    conversations_purge(user=request.user)
     conversation_delete(conversation=conversation)
     if request.POST.get("current") == str(conversation_id):
-        return HttpResponseClientRedirect("/")
-    return HttpResponse("")
+        return HttpResponseClientRedirect(f"{reverse('home')}?deleted={conversation_id}")
+    return render(
+        request,
+        "chat/_deleted.html",
+        {"deleted": conversation, "undo_s": settings.CHAT_UNDO_DELETE_S},
+    )
+
+
+@require_POST
+def conversation_restore_view(request: HtmxHttpRequest, conversation_id: uuid.UUID) -> HttpResponse:
+    """Undo a delete (``conversation_restore``; 404 once the delay has passed): the toast
+    goes and the sidebar refreshes; from the new chat a delete led to, back to the
+    conversation."""
+    try:
+        conversation = conversation_restore(user=request.user, conversation_id=conversation_id)
+    except ConversationNotFound as exc:
+        raise Http404(exc.message) from exc
+    if request.POST.get("reopen") == "1":
+        return HttpResponseClientRedirect(reverse("chat:conversation", args=[conversation.id]))
+    return trigger_client_event(HttpResponse(""), "conversations-changed")
+
+
+async def _branch_action(
+    request: HtmxHttpRequest, start: Callable[[Any], Awaitable[Conversation]]
+) -> HttpResponse:
+    """Run ``start`` (an action that changes the branch a conversation shows: regenerate,
+    edit, choose a version; it returns the conversation) for the signed-in user, and answer
+    with the conversation's messages as they now stand (``chat/page.html#messages``), its run
+    included as a live turn. A refusal (a run still going, a message not theirs) is a toast
+    with the refusal's status."""
+    user = await request.auser()
+    try:
+        conversation = await start(user)
+    except DomainError as exc:
+        return _toast_refusal(request, exc)
+    context = await sync_to_async(messages_context)(conversation)
+    response = render(request, "chat/page.html#messages", context)
+    return trigger_client_event(response, "conversations-changed", after="swap")
+
+
+def _toast_refusal(request: HtmxHttpRequest, exc: DomainError) -> HttpResponse:
+    """``exc`` as a toast in the reader's language (``chat.refusals``), with its status."""
+    response = render(
+        request, "chat/_toast.html", {"message": refusal_text(exc)}, status=http_status(exc)
+    )
+    return reswap(retarget(response, "#toasts"), "beforeend")
+
+
+@require_POST
+async def regenerate_view(request: HtmxHttpRequest, message_id: uuid.UUID) -> HttpResponse:
+    """Regenerate an answer (or answer a user message again): ``chat_turn_regenerate``."""
+
+    async def start(user: Any) -> Conversation:
+        turn = await chat_turn_regenerate(
+            user=user, message_id=message_id, request_id=getattr(request, "request_id", "")
+        )
+        assert turn.run.conversation_id is not None
+        return await Conversation.objects.aget(pk=turn.run.conversation_id)
+
+    return await _branch_action(request, start)
+
+
+@require_POST
+async def edit_view(request: HtmxHttpRequest, message_id: uuid.UUID) -> HttpResponse:
+    """Send an edited version of a user message (``EditForm``): ``chat_turn_edit``."""
+    form = EditForm(request.POST)
+
+    async def start(user: Any) -> Conversation:
+        if not form.is_valid():
+            raise ChatInputInvalid(gettext_noop("The message is empty."))
+        use_agent, use_rag = form.route_flags()
+        turn = await chat_turn_edit(
+            user=user,
+            message_id=message_id,
+            message=form.cleaned_data["message"],
+            use_agent=use_agent,
+            use_rag=use_rag,
+            request_id=getattr(request, "request_id", ""),
+        )
+        assert turn.run.conversation_id is not None
+        return await Conversation.objects.aget(pk=turn.run.conversation_id)
+
+    return await _branch_action(request, start)
+
+
+@require_POST
+async def branch_view(request: HtmxHttpRequest, conversation_id: uuid.UUID) -> HttpResponse:
+    """Show another version of a turn (``BranchForm``): ``conversation_branch_choose``."""
+    form = BranchForm(request.POST)
+
+    def choose(user: Any) -> Conversation:
+        conversation = conversation_get_for(user=user, conversation_id=conversation_id)
+        if not form.is_valid():
+            raise MessageNotFound("No such version.")
+        conversation_branch_choose(
+            conversation=conversation, message_id=form.cleaned_data["message_id"]
+        )
+        return conversation
+
+    return await _branch_action(request, sync_to_async(choose))
+
+
+@require_POST
+def feedback_view(request: HtmxHttpRequest, message_id: uuid.UUID) -> HttpResponse:
+    """Rate an answer (``FeedbackForm``: up or down, an optional comment):
+    ``answer_feedback_give``; answers with the answer's feedback controls."""
+    form = FeedbackForm(request.POST)
+    try:
+        answer = message_get_for(user=request.user, message_id=message_id)
+        if not form.is_valid():
+            raise FeedbackInvalid(gettext_noop("The rating must be up or down, the comment short."))
+        given = answer_feedback_give(
+            user=request.user,
+            answer=answer,
+            rating=form.cleaned_data["rating"],
+            comment=form.cleaned_data["comment"],
+        )
+    except DomainError as exc:
+        return _toast_refusal(request, exc)
+    view = {"message_id": answer.id, "feedback": given}
+    return render(request, "chat/_feedback.html", {"answer": view, "commenting": True})
 
 
 @require_GET
 def run_answer(request: HtmxHttpRequest, run_id: uuid.UUID) -> HttpResponse:
     """A run's answer as the chat shows it once the run is over (route, model, sources, the
-    rendered Markdown), or its error."""
+    rendered Markdown, the run's state and error), or that it is still working."""
     try:
-        run, answer = run_answer_for(user=request.user, run_id=run_id)
+        run, answer = answer_display_for(user=request.user, run_id=run_id)
     except RunAnswerNotFound as exc:
         raise Http404(exc.message) from exc
     return render(request, "chat/_answer_body.html", _answer_context(run, answer))
 
 
-def _answer_context(run: AgentRun, answer: Message | None) -> dict[str, Any]:
+def _answer_context(run: AgentRun, answer: DisplayMessage | None) -> dict[str, Any]:
+    """``chat/_answer_body.html``'s context: the run, and its answer turn
+    (``answer_turn_view``) once it is stored; without one (a run still going, or one that
+    failed before answers were always stored) the run's error."""
     context: dict[str, Any] = {"run": run}
-    if answer is not None:
-        context["answer"] = answer_view(
-            content=answer.content,
-            mode=run.mode,
-            model=run.model,
-            sources=answer_sources(answer),
-        )
+    if answer is not None and run.conversation_id is not None:
+        cards = [step_view(s, trace_id=run.trace_id) for s in run_steps([run])[run.id]]
+        context["answer"] = answer_turn_view(answer, run.conversation_id, cards)
+    else:
+        context["error"] = run_outcomes([run], answers=False)[run.id].error
     return context
 
 

@@ -24,7 +24,24 @@ class StorableParser(Parser):
     that error instead."""
 
     def parse_body(self, request: HttpRequest) -> Any:
-        data = json.loads(request.body)
+        """The JSON body; a multipart request (one that uploads files) carries it in a part
+        named ``payload``."""
+        if request.content_type == "multipart/form-data":
+            raw = request.POST.get("payload")
+            if raw is None:
+                raise ValidationError(
+                    [
+                        {
+                            "loc": ("body", "payload"),
+                            "msg": "A multipart request carries its JSON body in a part "
+                            "named payload.",
+                            "type": "missing",
+                        }
+                    ]
+                )
+            data = json.loads(raw)
+        else:
+            data = json.loads(request.body)
         _refuse(data, ("body",))
         return data
 

@@ -12,8 +12,10 @@ import dj_database_url
 
 from devassist.env import (
     env_bool,
+    env_choice,
     env_float,
     env_int,
+    env_json,
     env_list,
     env_str,
     persistent_secret_key,
@@ -53,6 +55,9 @@ MIDDLEWARE = [
     "devassist.middleware.RequestIdMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
+    # The language: the language cookie (set from the user's stored choice by the switch and
+    # at login, devassist/views.py), else the browser's Accept-Language (docs/i18n.md).
+    "django.middleware.locale.LocaleMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
@@ -75,8 +80,11 @@ TEMPLATES = [
         "OPTIONS": {
             "context_processors": [
                 "django.template.context_processors.request",
+                "django.template.context_processors.i18n",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "devassist.context_processors.preferences",
+                "devassist.context_processors.catalog",
             ],
         },
     },
@@ -145,7 +153,15 @@ LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
 
-LANGUAGE_CODE = "en-us"
+# The UI's languages (docs/i18n.md): English, the default, and Simplified Chinese. A browser
+# asking for zh, zh-CN or zh-SG gets zh-hans.
+LANGUAGE_CODE = "en"
+LANGUAGES = [("en", "English"), ("zh-hans", "简体中文")]
+LOCALE_PATHS = [BASE_DIR / "locale"]
+# The language cookie holds the user's choice (devassist/views.py): it outlives the browser
+# session, as the choice does, and no script reads it.
+LANGUAGE_COOKIE_AGE = 365 * 24 * 60 * 60
+LANGUAGE_COOKIE_HTTPONLY = True
 TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
@@ -153,10 +169,24 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = VAR_DIR / "static"
+# "artifacts": the files programs write (traces/artifacts.py), on the local disk by default;
+# ARTIFACT_STORAGE_BACKEND names another (storages.backends.s3.S3Storage from django-storages,
+# say) with ARTIFACT_STORAGE_OPTIONS as a JSON object.
+STORAGES: dict[str, Any] = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+    "artifacts": {
+        "BACKEND": env_str(
+            "ARTIFACT_STORAGE_BACKEND", "django.core.files.storage.FileSystemStorage"
+        ),
+        "OPTIONS": env_json("ARTIFACT_STORAGE_OPTIONS") or {"location": str(VAR_DIR / "artifacts")},
+    },
+}
 
 SESSION_COOKIE_HTTPONLY = True
 SESSION_COOKIE_SECURE = env_bool("SECURE_COOKIES", default=False)
 CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+LANGUAGE_COOKIE_SECURE = SESSION_COOKIE_SECURE
 
 # Request bodies above this are refused with 413 (the trace ingestion API relies on it).
 DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("MAX_REQUEST_BYTES", 10 * 1024 * 1024)
@@ -165,6 +195,15 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("MAX_REQUEST_BYTES", 10 * 1024 * 1024)
 TRACE_BATCH_MAX_STEPS = 1000
 TRACE_NODE_WINDOW_MAX = 500
 TRACE_EVENT_PAGE_MAX = 1000
+
+# OTLP/HTTP ingestion at /v1/traces (docs/opentelemetry.md): a request's body, decompressed,
+# is at most MAX_REQUEST_BYTES; it holds at most OTLP_MAX_SPANS spans (more: 413); a span with
+# more attributes (its own, or an event's, a link's, the resource's) or events or links than
+# these, or a value longer than OTLP_MAX_VALUE_CHARS, is rejected (OTLP partial success).
+OTLP_MAX_SPANS = env_int("OTLP_MAX_SPANS", 10_000)
+OTLP_MAX_ATTRIBUTES = env_int("OTLP_MAX_ATTRIBUTES", 2_000)
+OTLP_MAX_EVENTS = env_int("OTLP_MAX_EVENTS", 1_000)
+OTLP_MAX_VALUE_CHARS = env_int("OTLP_MAX_VALUE_CHARS", 1_048_576)
 
 # Docker engine for the sandbox and /healthz; empty means docker-py's default (DOCKER_HOST or
 # the local socket).
@@ -193,8 +232,27 @@ SANDBOX: dict[str, Any] = {
         # Set as the org.devassist.session label on every container (the test suite uses it to
         # tell its own servers' containers from others on the same engine); empty: no label.
         "session_label": env_str("SANDBOX_SESSION_LABEL"),
+        # What one execution brings back from /tmp/outputs (its matplotlib figures included):
+        # at most this many files, each and all together at most this many bytes; the rest
+        # are listed as skipped, with the reason.
+        "output_files_max": env_int("SANDBOX_OUTPUT_FILES_MAX", 20),
+        "output_file_max_bytes": env_int("SANDBOX_OUTPUT_FILE_MAX_BYTES", 10 * 1024 * 1024),
+        "output_files_max_bytes": env_int("SANDBOX_OUTPUT_FILES_MAX_BYTES", 25 * 1024 * 1024),
+        # A run's interpreter (SANDBOX_STATE=run) serves it at most this long (then a fresh
+        # one, and the observation says the state was lost); its container expires then, and
+        # any process's reaper removes it.
+        "session_max_s": env_float("SANDBOX_SESSION_MAX_S", 3600.0),
     },
 }
+# "run": a run's execute_code calls share one interpreter (variables, imports and files
+# persist, as a notebook's cells do); "call": each call starts from nothing.
+SANDBOX_STATE = env_choice("SANDBOX_STATE", "run", ("run", "call"))
+# Files given to a run (copied read-only under /tmp/inputs for its executions): at most this
+# many, each and all together at most this many bytes (413 past them). They take room in the
+# container's /tmp (SANDBOX_TMPFS_MB) and its memory.
+SANDBOX_INPUT_FILES_MAX = env_int("SANDBOX_INPUT_FILES_MAX", 10)
+SANDBOX_INPUT_FILE_MAX_BYTES = env_int("SANDBOX_INPUT_FILE_MAX_BYTES", 10 * 1024 * 1024)
+SANDBOX_INPUT_FILES_MAX_BYTES = env_int("SANDBOX_INPUT_FILES_MAX_BYTES", 20 * 1024 * 1024)
 # Overrides of the AST scan's policy (sandbox.scanner.ScanPolicy.with_overrides), e.g.
 # {"disabled_rules": ["dynamic"], "read_allowed_paths": {"add": ["/data"]}}.
 SANDBOX_SCAN_POLICY: dict[str, Any] = {}
@@ -227,6 +285,11 @@ LLM = {
         "max_tokens": env_int("LLM_MAX_TOKENS", 1024),
     },
 }
+
+# How the agent talks to the model (agent/protocols.py, docs/react-protocol.md): "react", the
+# ReAct text protocol any model can follow, or "tools", native tool calling (OpenAI
+# ``tools``/``tool_calls``) for models trained for it.
+AGENT_PROTOCOL = env_choice("AGENT_PROTOCOL", "react", ("react", "tools"))
 
 # Every running run has a lease held by the worker that executes it (agent/leases.py): the
 # worker renews its runs' leases every RUN_HEARTBEAT_S, and any worker fails a run whose lease
@@ -271,7 +334,7 @@ KNOWLEDGE_DEFAULT_COLLECTION = env_str("KNOWLEDGE_DEFAULT_COLLECTION", "devassis
 # Uploads to /api/collections/{name}/documents above this many bytes (per request) get 413.
 KNOWLEDGE_UPLOAD_MAX_BYTES = env_int("KNOWLEDGE_UPLOAD_MAX_BYTES", 5 * 1024 * 1024)
 
-# Conversation memory (agent/memory.py): the last MEMORY_SHORT_TERM_TURNS turns go back to the
+# Conversation memory (chat/memory.py): the last MEMORY_SHORT_TERM_TURNS turns go back to the
 # model; turns older than that are summarised into facts (Chroma collection agent_memory) once
 # MEMORY_SUMMARY_THRESHOLD of them have accumulated.
 MEMORY = {
@@ -283,10 +346,29 @@ MEMORY = {
     "collection": "agent_memory",
 }
 
+# Chat (docs/chat.md): conversation titles summarised by the model from the first exchange
+# ("model"; the offline provider keeps the first message's) or always the first message's
+# ("heuristic"); how long a deleted conversation can be restored.
+CHAT_TITLES = env_choice("CHAT_TITLES", "model", ("model", "heuristic"))
+CHAT_UNDO_DELETE_S = env_float("CHAT_UNDO_DELETE_S", 10.0)
+
 # Langfuse (agent/langfuse.py): runs are exported as traces when both keys are set.
 LANGFUSE_PUBLIC_KEY = env_str("LANGFUSE_PUBLIC_KEY")
 LANGFUSE_SECRET_KEY = env_str("LANGFUSE_SECRET_KEY")
 LANGFUSE_BASE_URL = env_str("LANGFUSE_BASE_URL", "https://cloud.langfuse.com")
+
+# OpenTelemetry export of every run (agent/otel.py, docs/opentelemetry.md): on when an OTLP
+# endpoint is set. The SDK reads the other standard OTEL_* variables (headers, timeout,
+# compression, OTEL_BSP_* batching, OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES) itself.
+OTEL_EXPORTER_OTLP_ENDPOINT = env_str("OTEL_EXPORTER_OTLP_ENDPOINT")
+OTEL_EXPORTER_OTLP_TRACES_ENDPOINT = env_str("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+OTEL_EXPORTER_OTLP_PROTOCOL = env_str("OTEL_EXPORTER_OTLP_PROTOCOL")
+OTEL_SDK_DISABLED = env_bool("OTEL_SDK_DISABLED", default=False)
+# Prompts, completions, tool arguments and results leave only when this allows it (true,
+# span_only, event_only, span_and_event).
+OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT = env_str(
+    "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+)
 
 LOG_FORMAT = env_str("LOG_FORMAT", "console" if DEBUG else "json")
 LOG_LEVEL = env_str("LOG_LEVEL", "INFO")

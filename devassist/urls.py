@@ -7,6 +7,7 @@ from django.urls import URLPattern, URLResolver, include, path
 
 from devassist import views
 from devassist.api import api
+from traces.otlp_api import otlp_traces
 
 
 def api_urls() -> tuple[list[URLPattern | URLResolver], str, str]:
@@ -24,9 +25,16 @@ def api_urls() -> tuple[list[URLPattern | URLResolver], str, str]:
 urlpatterns = [
     path("", views.home, name="home"),
     path("healthz", views.healthz, name="healthz"),
-    path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
+    # OTLP/HTTP's standard path: an OTel exporter given this server's URL as
+    # OTEL_EXPORTER_OTLP_ENDPOINT posts here.
+    path("v1/traces", otlp_traces, name="otlp_traces"),
+    path("ui/theme", views.theme_switch, name="theme"),
+    path("ui/language", views.language_switch, name="language"),
+    path("jsi18n/", views.javascript_catalog, name="javascript-catalog"),
+    path("login/", views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("traces/", include("traces.urls")),
+    path("docs/", include("agent.knowledge.urls")),
     path("", include("chat.urls")),
     # The API first: its routes are exact, so the admin's catch-all below does not shadow
     # /admin/agent-traces.

@@ -2,17 +2,29 @@ from __future__ import annotations
 
 from http import HTTPStatus
 
+from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_not_required
-from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.views.decorators.cache import never_cache
-from django.views.decorators.http import require_GET
+from django.contrib.auth.forms import AuthenticationForm
+from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.utils.translation import gettext as _
+from django.views.decorators.cache import cache_page, never_cache
+from django.views.decorators.http import require_GET, require_POST
 from django.views.defaults import page_not_found
 from django.views.defaults import server_error as django_server_error
+from django.views.i18n import JavaScriptCatalog
+from django_htmx.http import HttpResponseClientRefresh, trigger_client_event
 
 from chat.views import chat_page
 from devassist.envelope import error_response, is_api_path
 from devassist.health import health_report
 from devassist.htmx import HtmxHttpRequest
+from devassist.i18n import JS_CATALOG_CACHE_S, language_cookie_set
+from devassist.models import Language, Theme
+from devassist.selectors import language_for
+from devassist.services import user_preferences_update
 
 
 @login_not_required
@@ -27,6 +39,69 @@ async def healthz(request: HttpRequest) -> HttpResponse:
 def home(request: HtmxHttpRequest) -> HttpResponse:
     """The home page is the chat, on a new conversation."""
     return chat_page(request)
+
+
+@require_POST
+def theme_switch(request: HtmxHttpRequest) -> HttpResponse:
+    """Store the user's theme (``theme``: system, light or dark; anything else is 400). Answers
+    HTMX with the switch and a ``theme-changed`` event (``{"theme": ...}``) that the page
+    applies at once; a form posted without JavaScript goes back to ``next`` (a local URL) or
+    home."""
+    if request.POST.get("theme") not in Theme.values:
+        return HttpResponseBadRequest(_("Unknown theme."))
+    theme = Theme(request.POST["theme"])
+    user_preferences_update(user=request.user, theme=theme)
+    if not request.htmx:
+        return redirect(_local_next(request))
+    response = render(request, "_theme_switch.html", {"theme": theme.value})
+    return trigger_client_event(response, "theme-changed", {"theme": theme.value})
+
+
+@require_POST
+def language_switch(request: HtmxHttpRequest) -> HttpResponse:
+    """Store the user's language (``language``: a ``Language`` value, ``""`` for the browser's;
+    anything else is 400) and set the language cookie to it (``devassist.i18n``). HTMX is told
+    to reload the page, which every string of it needs; a form posted without JavaScript goes
+    back to ``next`` (a local URL) or home."""
+    if request.POST.get("language") not in Language.values:
+        return HttpResponseBadRequest(_("Unknown language."))
+    language = Language(request.POST["language"])
+    user_preferences_update(user=request.user, language=language)
+    response = HttpResponseClientRefresh() if request.htmx else redirect(_local_next(request))
+    language_cookie_set(response, language.value)
+    return response
+
+
+def _local_next(request: HtmxHttpRequest) -> str:
+    """The form's ``next`` when it is a URL of this site, else home."""
+    next_url = request.POST.get("next", "")
+    if url_has_allowed_host_and_scheme(
+        next_url, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+    ):
+        return next_url
+    return reverse("home")
+
+
+class LoginView(auth_views.LoginView):
+    """Django's login, which also puts the user's stored language into the language cookie
+    (or removes the cookie when they left it to the browser), so that their choice holds in
+    any browser they sign in from (``devassist.i18n``)."""
+
+    redirect_authenticated_user = True
+
+    def form_valid(self, form: AuthenticationForm) -> HttpResponse:
+        response = super().form_valid(form)
+        language_cookie_set(response, language_for(user=form.get_user()))
+        return response
+
+
+#: The JavaScript catalogue (``gettext`` and friends for the pages' scripts, with the active
+#: language's formats), which the login page needs too. Its URL carries the catalogue's
+#: version and language (``base.html``), so it is cached for a day, in this process and in
+#: browsers.
+javascript_catalog = login_not_required(
+    cache_page(JS_CATALOG_CACHE_S, key_prefix="jsi18n")(JavaScriptCatalog.as_view())
+)
 
 
 def api_not_found(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:

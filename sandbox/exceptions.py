@@ -42,3 +42,10 @@ class ImageError(Exception):
 
 class EngineUnavailable(ImageError):
     """No Docker engine answered."""
+
+
+class SandboxInputsTooLarge(TooLarge):
+    """Files given to a run are past ``SANDBOX_INPUT_FILES_MAX`` or the size limits.
+    ``details``: ``max_files``, ``max_file_bytes``, ``max_total_bytes`` and what was given."""
+
+    code = "sandbox_inputs_too_large"

@@ -1,12 +1,13 @@
 """The sandbox image: its reference, how it is built and what the engine holds.
 
-The image is a minimal Debian with python3 plus ``SANDBOX_EXTRA_PACKAGES``. Its tag is a hash of
-the build inputs (the Dockerfile, the suite, the package list and ``RECIPE_VERSION``), so the
-same inputs always name the same image and a change of inputs names a new one. It is built from
-``sandbox/image/Dockerfile`` when an image registry is reachable (or the base image is already
-there), and otherwise offline: debootstrap from a Debian mirror, then ``docker import`` with the
-Dockerfile's ENV/WORKDIR/USER/CMD lines as the image config. Either way the result is checked by
-running python3 in it before it counts as built.
+The image is a minimal Debian with python3, numpy, pandas and matplotlib (its font cache built
+in) plus ``SANDBOX_EXTRA_PACKAGES``. Its tag is a hash of the build inputs (the Dockerfile, the
+suite, the package list and ``RECIPE_VERSION``), so the same inputs always name the same image
+and a change of inputs names a new one. It is built from ``sandbox/image/Dockerfile`` when an
+image registry is reachable (or the base image is already there), and otherwise offline:
+debootstrap from a Debian mirror, the Dockerfile's RUN lines in its root, then ``docker
+import`` with the Dockerfile's ENV/WORKDIR/USER/CMD lines as the image config. Either way the
+result is checked by running python3 in it before it counts as built.
 """
 
 from __future__ import annotations
@@ -41,9 +42,18 @@ logger = structlog.get_logger(__name__)
 
 # Bump when the build recipe changes in a way the hashed inputs do not show (this module's
 # stripping or import steps), so every installation gets a fresh tag.
-RECIPE_VERSION = "1"
-# The full standard library (json, decimal, statistics, sqlite3, ...), not just python3-minimal.
-BASE_PACKAGES = ("python3",)
+RECIPE_VERSION = "2"
+# The full standard library (json, decimal, statistics, sqlite3, ...), not just python3-minimal,
+# and the data stack people ask a code interpreter for.
+# python3-munkres answers python3-fonttools' "python3-scipy | python3-munkres" (matplotlib needs
+# fonttools): without it apt takes scipy, and with it pythran's C++ compilers and headers.
+BASE_PACKAGES = (
+    "python3",
+    "python3-numpy",
+    "python3-pandas",
+    "python3-matplotlib",
+    "python3-munkres",
+)
 DOCKERFILE = Path(__file__).resolve().parent / "image" / "Dockerfile"
 APT_DIR = Path("/etc/apt")
 
@@ -427,7 +437,7 @@ def image_build(
     progress: Progress = lambda message: None,
 ) -> BuildResult:
     """Make sure the image for the current inputs exists, building it when it does not (or
-    when ``force``). Also tags it ``<repository>:latest``.
+    when ``force``), and that ``<repository>:latest`` names it.
 
     ``method`` ``"auto"`` uses the Dockerfile when the base image is present or its registry
     answers within ``REGISTRY_PROBE_TIMEOUT_S``, else debootstrap. ``progress`` receives
@@ -443,6 +453,9 @@ def image_build(
     with _engine(timeout_s=BUILD_REQUEST_TIMEOUT_S) as client, _build_lock(progress):
         existing = _image_or_none(client, ref)
         if existing is not None and not force:
+            # ``latest`` may name another recipe's image (built before a settings change, or
+            # by another checkout on the same engine): it always names the current one.
+            client.api.tag(existing.id, repository, "latest")
             return BuildResult(
                 ref=ref,
                 image_id=existing.id,
@@ -561,6 +574,7 @@ def _build_with_debootstrap(
     rootfs = workdir / "rootfs"
     try:
         _run_debootstrap(debootstrap, recipe, rootfs, mirror, verbose=verbose, progress=progress)
+        _run_dockerfile_steps(rootfs, recipe, progress)
         _strip_rootfs(rootfs)
         archive = workdir / "rootfs.tar"
         _write_tar(rootfs, archive)
@@ -613,7 +627,8 @@ def _run_debootstrap(
         debootstrap,
         "--variant=minbase",
         "--force-check-gpg",
-        f"--include={','.join(recipe.packages)}",
+        # The packages go in afterwards, by the Dockerfile's own RUN lines (without their
+        # Recommends): debootstrap's resolver would take the Recommends too.
         recipe.suite,
         str(rootfs),
         mirror,
@@ -655,6 +670,72 @@ def _run_debootstrap(
         last = "\n".join(tail)
         hint = "\n(apt-get install debian-archive-keyring)" if "keyring" in last else ""
         raise ImageError(f"debootstrap from {mirror} failed (exit {returncode}):\n{last}{hint}")
+
+
+def dockerfile_run_steps(dockerfile_text: str) -> list[str]:
+    """The shell commands of the ``RUN`` lines after the last ``FROM`` (continuation lines
+    joined), as the offline build runs them in its root."""
+    steps: list[str] = []
+    current: list[str] | None = None
+    for raw in dockerfile_text.splitlines():
+        line = raw.strip()
+        if current is not None:
+            if line.startswith("#"):
+                continue
+            current.append(line.removesuffix("\\").strip())
+            if not line.endswith("\\"):
+                steps.append(" ".join(part for part in current if part))
+                current = None
+            continue
+        if not line or line.startswith("#"):
+            continue
+        instruction, _, rest = line.partition(" ")
+        if instruction.upper() == "FROM":
+            steps = []
+        elif instruction.upper() == "RUN":
+            if rest.lstrip().startswith("["):
+                raise ImageError(f"{DOCKERFILE}: write RUN in shell form: {line!r}")
+            current = [rest.removesuffix("\\").strip()]
+            if not line.endswith("\\"):
+                steps.append(current[0])
+                current = None
+    return steps
+
+
+def _run_dockerfile_steps(rootfs: Path, recipe: ImageRecipe, progress: Progress) -> None:
+    """The Dockerfile's ``RUN`` lines, run by ``/bin/sh -c`` in the debootstrapped root with the
+    build arguments as environment variables (as ``docker build`` runs them), so both methods
+    install the same packages the same way. ``DEBIAN_MIRROR`` is empty: the root's apt
+    sources already name the mirror debootstrap used."""
+    env = {
+        "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        "HOME": "/root",
+        "LC_ALL": "C",
+        "SUITE": recipe.suite,
+        "PACKAGES": " ".join(recipe.packages),
+        "DEBIAN_MIRROR": "",
+    }
+    search = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"])
+    chroot = shutil.which("chroot", path=search) or "/usr/sbin/chroot"
+    for step in dockerfile_run_steps(recipe.dockerfile_text):
+        started = time.monotonic()
+        progress(f"RUN {step[:100]}{'…' if len(step) > 100 else ''}")
+        completed = subprocess.run(  # noqa: S603 - the project's Dockerfile, validated names
+            [chroot, str(rootfs), "/bin/sh", "-c", step],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            errors="replace",
+            check=False,
+        )
+        if completed.returncode != 0:
+            output = (completed.stdout + completed.stderr)[-3000:]
+            raise ImageError(
+                f"RUN {step[:200]!r} in the debootstrapped root failed "
+                f"(exit {completed.returncode}):\n{output}"
+            )
+        progress(f"  [{time.monotonic() - started:4.0f}s] done")
 
 
 def _strip_rootfs(rootfs: Path) -> None:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import codecs
+import time
 from collections import deque
+from collections.abc import Callable
 
 DEFAULT_LIMIT_CHARS = 20_000
 # UTF-8 needs at most four bytes a character; keeping this many bytes is enough to cut by
@@ -70,3 +73,98 @@ class CappedStream:
         else:
             omitted = f"about {self.total_bytes - len(head.encode()) - len(tail.encode()):,} bytes"
         return f"{head}\n… [output truncated: {omitted} omitted] …\n{tail}"
+
+
+#: The least time between two hand-overs of live output (the first piece after a quiet spell
+#: goes at once): a program that floods its output reaches its reader as a few pieces a second.
+LIVE_INTERVAL_S = 0.15
+#: A live stream's pieces (``stdout`` or ``stderr``, text) for a caller, from the reading thread.
+OutputSink = Callable[[str, str], None]
+
+
+class LiveOutput:
+    """What a running program prints, handed to ``sink`` while it runs.
+
+    Bytes are decoded as UTF-8 (a character split across reads waits for its last byte;
+    invalid bytes become U+FFFD). Text is gathered and handed over at most once per
+    ``interval_s`` (stdout's piece, then stderr's); text that ends a line after a quiet spell
+    goes at once, a line still being written waits up to ``interval_s`` for its end. Each
+    stream passes on at most ``limit_chars`` characters, then
+    ``live_marker(limit_chars)`` and nothing more. ``flush`` must be called on every wake-up of
+    the reader (``due_in`` says when the next one is needed) and with ``final=True`` at the end.
+    """
+
+    def __init__(
+        self,
+        sink: OutputSink,
+        *,
+        limit_chars: int = DEFAULT_LIMIT_CHARS,
+        interval_s: float = LIVE_INTERVAL_S,
+    ) -> None:
+        self.sink = sink
+        self.limit_chars = limit_chars
+        self.interval_s = interval_s
+        self._decoders = {
+            name: codecs.getincrementaldecoder("utf-8")(errors="replace")
+            for name in ("stdout", "stderr")
+        }
+        self._pending = {"stdout": "", "stderr": ""}
+        self._taken = {"stdout": 0, "stderr": 0}
+        self._cut: set[str] = set()
+        self._last = -interval_s
+        self._since = 0.0  # when the gathered text began
+
+    def feed(self, stream: str, data: bytes) -> None:
+        """Take ``data`` printed on ``stream`` (``stdout`` or ``stderr``); hands over what is
+        due."""
+        if stream not in self._cut:
+            if not any(self._pending.values()):
+                self._since = time.monotonic()
+            text = self._decoders[stream].decode(data)
+            room = self.limit_chars - self._taken[stream]
+            if len(text) > room:
+                text = text[:room] + live_marker(self.limit_chars)
+                self._cut.add(stream)
+            self._taken[stream] += len(text)
+            self._pending[stream] += text
+        self.flush()
+
+    def due_in(self) -> float | None:
+        """Seconds until gathered text must be handed over; None when none is gathered."""
+        due = self._due_at()
+        return None if due is None else max(0.0, due - time.monotonic())
+
+    def _due_at(self) -> float | None:
+        texts = [text for text in self._pending.values() if text]
+        if not texts:
+            return None
+        due = self._last + self.interval_s
+        if not all(text.endswith("\n") for text in texts):
+            due = max(due, self._since + self.interval_s)
+        return due
+
+    def flush(self, *, final: bool = False) -> None:
+        """Hand over the gathered text if its time has come, or all of it when ``final``."""
+        if final:
+            for stream, decoder in self._decoders.items():
+                if stream not in self._cut:
+                    self._pending[stream] += decoder.decode(b"", final=True)
+        else:
+            due = self._due_at()
+            if due is None or time.monotonic() < due:
+                return
+        if not any(self._pending.values()):
+            return
+        self._last = time.monotonic()
+        for stream in ("stdout", "stderr"):
+            text, self._pending[stream] = self._pending[stream], ""
+            if text:
+                self.sink(stream, text)
+
+
+def live_marker(limit_chars: int) -> str:
+    """What ends a live stream cut at ``limit_chars`` characters."""
+    return (
+        f"\n… [live output stops at {limit_chars:,} characters; the result keeps the start "
+        "and the end] …\n"
+    )

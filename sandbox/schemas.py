@@ -36,6 +36,27 @@ class SafetyReportOut(Schema):
     findings: list[FindingOut]
 
 
+class ArtifactOut(Schema):
+    id: uuid.UUID
+    name: str = Field(..., description="Sanitised: letters, digits, `.`, `-`, `_`, spaces.")
+    media_type: str = Field(..., description="Sniffed from the content, not from the name.")
+    size: int
+    sha256: str
+    width: int | None = Field(None, description="Raster images only.")
+    height: int | None = None
+    url: str = Field(
+        ...,
+        description="GET it with the same credentials: the caller and staff may read it. "
+        "Raster images and plain text are served inline (`?download=true` to download), "
+        "everything else as a download.",
+    )
+
+
+class SkippedFileOut(Schema):
+    name: str
+    reason: str
+
+
 class ExecuteOut(Schema):
     stdout: str
     stderr: str
@@ -49,3 +70,12 @@ class ExecuteOut(Schema):
     image: str
     safety: SafetyReportOut
     trace_id: uuid.UUID
+    artifacts: list[ArtifactOut] = Field(
+        ...,
+        description="Files the code wrote under /tmp/outputs and its matplotlib figures (PNG), "
+        "within the output file limits; stored with the call's trace.",
+    )
+    skipped_files: list[SkippedFileOut] = Field(
+        ..., description="Outputs left out (symbolic links, past a limit), and why."
+    )
+    skipped_more: int = Field(..., description="Outputs left out beyond those listed.")

@@ -15,6 +15,7 @@ from channels.layers import channel_layers
 from django.contrib.auth.models import User
 from django.db import connections
 from django.test import Client
+from django.utils import translation
 
 from devassist.tokens import api_token_create
 from sandbox.engine import docker_client
@@ -167,6 +168,14 @@ def _close_executor_connections() -> Iterator[None]:
     connection after each test so the test database can be flushed and dropped."""
     yield
     SyncToAsync.single_thread_executor.submit(connections.close_all).result()
+
+
+@pytest.fixture(autouse=True)
+def _default_language() -> Iterator[None]:
+    """Each test starts in English: a request in another language leaves it active in the
+    thread (LocaleMiddleware activates a request's language and nothing resets it)."""
+    yield
+    translation.deactivate()
 
 
 @pytest.fixture(autouse=True)

@@ -17,6 +17,7 @@ for name in (
     "REDIS_URL",
     "LLM_BASE_URL",
     "LLM_BACKEND",
+    "AGENT_PROTOCOL",
     "LLM_MODEL",
     "LLM_API_KEY",
     "CHROMA_URL",
@@ -33,10 +34,19 @@ for name in (
     "LANGFUSE_PUBLIC_KEY",
     "LANGFUSE_SECRET_KEY",
     "LANGFUSE_BASE_URL",
+    "OTEL_EXPORTER_OTLP_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_PROTOCOL",
+    "OTEL_EXPORTER_OTLP_HEADERS",
+    "OTEL_SDK_DISABLED",
+    "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT",
 ):
     os.environ.pop(name, None)
 # Chroma and the BM25 indexes never touch the repository's var/.
 os.environ["CHROMA_PATH"] = tempfile.mkdtemp(prefix="devassist-test-chroma-")
+# A model title is one more model call after a conversation's first exchange, which would take
+# a reply from every scripted model's script: the tests of titles ask for it themselves.
+os.environ["CHAT_TITLES"] = "heuristic"
 
 from devassist.settings import *  # noqa: E402, F403
 

@@ -1,12 +1,28 @@
+"""The admin: traces, steps and trace events, read-only. A trace's change page shows its step
+tree (``step_tree``): collapsible, loaded a window at a time (``step_window``), each row with
+its outcome (``traces.outcomes``) and a link into the trace browser."""
+
 from __future__ import annotations
 
+import uuid
+
 from django.contrib import admin
-from django.http import HttpRequest
-from django.urls import reverse
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.template.loader import render_to_string
+from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 
 from devassist.admin_utils import admin_link, pretty_json
+from devassist.exceptions import NotFound
 from traces.models import Step, Trace, TraceEvent
+from traces.selectors import step_tree_window
+
+#: Children per window of the admin's step tree.
+STEP_TREE_WINDOW = 25
+#: Levels the change page opens (deeper ones load on demand).
+STEP_TREE_DEPTH = 3
 
 
 def trace_page_link(trace_id: object, label: str = "open") -> str:
@@ -50,7 +66,47 @@ class TraceAdmin(ReadOnlyAdmin):
     date_hierarchy = "created_at"
     show_full_result_count = False
     exclude = ["metadata"]
-    readonly_fields = ["browse", "metadata_pretty", "steps_link", "api_links"]
+    readonly_fields = ["browse", "step_tree", "metadata_pretty", "steps_link", "api_links"]
+
+    class Media:
+        css = {"all": ["traces/admin_tree.css"]}
+        js = ["traces/admin_tree.js"]
+
+    def get_urls(self) -> list[URLPattern]:
+        window = path(
+            "<uuid:trace_id>/tree/<str:parent>/",
+            self.admin_site.admin_view(self.step_window),
+            name="traces_trace_step_window",
+        )
+        return [window, *super().get_urls()]
+
+    def step_window(self, request: HttpRequest, trace_id: uuid.UUID, parent: str) -> HttpResponse:
+        """A window of a step's children (``root``: the top level) at ``?offset=``, as rows
+        of the step tree (two or three queries besides the session's)."""
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        try:
+            parent_id = None if parent == "root" else uuid.UUID(parent)
+            offset = max(0, int(request.GET.get("offset", 0)))
+            window = step_tree_window(
+                trace_id=trace_id, parent_id=parent_id, offset=offset, limit=STEP_TREE_WINDOW
+            )
+        except (ValueError, NotFound) as exc:
+            raise Http404(str(exc)) from exc
+        return render(
+            request,
+            "traces/admin/_window.html",
+            {"window": window, "trace_id": trace_id, "parent_ref": parent},
+        )
+
+    @admin.display(description="step tree")
+    def step_tree(self, obj: Trace) -> str:
+        window = step_tree_window(
+            trace_id=obj.id, parent_id=None, limit=STEP_TREE_WINDOW, depth=STEP_TREE_DEPTH
+        )
+        return render_to_string(
+            "traces/admin/_tree.html", {"window": window, "trace_id": obj.id, "parent_ref": "root"}
+        )
 
     @admin.display(description="trace page")
     def browse(self, obj: Trace) -> str:
@@ -104,7 +160,7 @@ class StepAdmin(ReadOnlyAdmin):
     search_fields = ["=id", "=trace__id", "name", "description"]
     list_select_related = ["trace", "parent"]
     show_full_result_count = False
-    exclude = ["data", "path"]
+    exclude = ["data", "path", "tool_facts"]
     readonly_fields = [
         "browse",
         "trace_link",

@@ -18,6 +18,7 @@ from devassist.responses import json_response
 from devassist.storable import MAX_INT
 from traces import selectors
 from traces.access import can_write
+from traces.artifacts import artifact_bytes, serving_headers
 from traces.models import Trace
 from traces.projections import step_dict, trace_dict
 from traces.schemas import (
@@ -222,6 +223,27 @@ async def get_step(request: HttpRequest, trace_id: uuid.UUID, step_id: uuid.UUID
     await _visible_trace(request, trace_id)
     step = await sync_to_async(selectors.step_get)(trace_id=trace_id, step_id=step_id)
     return step_dict(step, full=True)
+
+
+@router.get(
+    "/{trace_id}/artifacts/{artifact_id}",
+    response={200: None},
+    url_name="trace_artifact",
+    openapi_extra={"responses": {200: {"description": "The file's bytes."}}},
+)
+async def trace_artifact(
+    request: HttpRequest, trace_id: uuid.UUID, artifact_id: uuid.UUID, download: bool = False
+) -> HttpResponse:
+    """A file a program wrote during the trace (a plot, a CSV...), for the trace's owner and
+    staff; 404 for anyone else, as for a missing one. Raster images and plain text are shown
+    inline, everything else (SVG, HTML, CSV, PDF...) is a download, as is anything with
+    ``?download=true``; never sniffed, never allowed to run script
+    (``traces.artifacts.serving_headers``)."""
+    record = await sync_to_async(selectors.artifact_get)(
+        viewer=api_user(request), trace_id=trace_id, artifact_id=artifact_id
+    )
+    data = await sync_to_async(artifact_bytes)(trace_id, artifact_id)
+    return HttpResponse(data, headers=serving_headers(record, download=download))
 
 
 @router.get("/{trace_id}/events", response=EventsOut, url_name="trace_events")

@@ -4,7 +4,14 @@ pages."""
 
 from __future__ import annotations
 
-from devassist.exceptions import Conflict, InvalidInput, InvalidValue, NotFound, TooLarge
+from devassist.exceptions import (
+    Conflict,
+    Forbidden,
+    InvalidInput,
+    InvalidValue,
+    NotFound,
+    TooLarge,
+)
 
 
 class TraceNotFound(NotFound):
@@ -55,3 +62,19 @@ class CostOutOfRange(InvalidValue):
 
 class InvalidCursor(InvalidValue):
     code = "validation_error"
+
+
+class ArtifactNotFound(NotFound):
+    code = "artifact_not_found"
+
+
+class TraceOfAnotherUser(Forbidden):
+    """OTLP spans for a trace id that another user's spans opened."""
+
+    code = "trace_of_another_user"
+
+
+class TraceNotFromOtlp(Conflict):
+    """OTLP spans for a trace id that a trace recorded another way already has."""
+
+    code = "trace_not_from_otlp"

@@ -16,6 +16,9 @@ from typing import Any
 from django import forms
 from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 from django.http import QueryDict
+from django.utils.text import format_lazy
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
 
 from traces.exceptions import InvalidCursor
 from traces.models import TraceMode, TraceStatus
@@ -69,11 +72,14 @@ class TraceFilters:
 
 
 def _choices(values: list[str]) -> dict[str, Any]:
-    # The message leaves the value out: it may hold characters a page should not show.
+    # The message leaves the value out: it may hold characters a page should not show. Lazy:
+    # it is worded when shown, in the reader's language.
     return {
         "choices": [(value, value) for value in values],
         "required": False,
-        "error_messages": {"invalid_choice": f"not one of {', '.join(values)}."},
+        "error_messages": {
+            "invalid_choice": format_lazy(_("not one of {values}."), values=", ".join(values))
+        },
     }
 
 
@@ -97,7 +103,7 @@ class TraceFilterForm(forms.Form):
     def clean_user(self) -> str:
         user: str = self.cleaned_data["user"]
         if user and not self.staff:
-            raise ValidationError("only staff see other people's traces.")
+            raise ValidationError(_("only staff see other people's traces."))
         return user
 
     def clean_cursor(self) -> str:
@@ -106,7 +112,9 @@ class TraceFilterForm(forms.Form):
             try:
                 decode_cursor(cursor)
             except InvalidCursor as exc:
-                raise ValidationError("it is not one this page gave; showing the newest.") from exc
+                raise ValidationError(
+                    _("it is not one this page gave; showing the newest.")
+                ) from exc
         return cursor
 
     def clean(self) -> dict[str, Any]:
@@ -114,14 +122,16 @@ class TraceFilterForm(forms.Form):
         since, until = cleaned.get("since"), cleaned.get("until")
         if since and until and since > until:
             cleaned["since"] = cleaned["until"] = None
-            raise ValidationError("Ignored the time range: 'since' is after 'until'.")
+            raise ValidationError(_("Ignored the time range: 'since' is after 'until'."))
         return cleaned
 
     def filters(self) -> TraceFilters:
         """The filters that parsed, with a notice for each parameter that did not."""
         self.is_valid()
         notices = [
-            str(message) if name == NON_FIELD_ERRORS else f"Ignored {name}: {message}"
+            str(message)
+            if name == NON_FIELD_ERRORS
+            else gettext("Ignored %(name)s: %(message)s") % {"name": name, "message": message}
             for name, messages in self.errors.items()
             for message in messages
         ]

@@ -1,8 +1,9 @@
 """Traces: every agent run as a tree of steps, with rollups kept on write and an event log.
 
 Only ``traces.store`` writes these rows; the fields below that it maintains (``seq``, ``depth``,
-``path``, ``children_count``, the ``subtree_*`` rollups, the trace totals and ``last_seq``) are
-never recomputed on read.
+``path``, ``pending_parent_id``, ``children_count``, the ``subtree_*`` rollups,
+``data_preview``, ``data_bytes``, ``tool_facts``, the trace totals and ``last_seq``) are never
+recomputed on read.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from decimal import Decimal
 
 from django.conf import settings
 from django.db import models
+from django.db.models import Value
 
 
 def money_field() -> models.DecimalField:
@@ -124,8 +126,10 @@ class StepQuerySet(models.QuerySet["Step"]):
         return self.order_by("seq")
 
     def failed(self) -> StepQuerySet:
-        """Steps that count as errors (``Step.is_error``)."""
-        return self.filter(models.Q(status=StepStatus.FAILED) | ~models.Q(error=""))
+        """Steps that count as errors (``Step.is_error``: their outcome is one)."""
+        from traces.outcomes import error_condition
+
+        return self.filter(error_condition())
 
 
 class Step(models.Model):
@@ -147,6 +151,12 @@ class Step(models.Model):
     path = models.JSONField(
         default=list, blank=True, help_text="The ancestors' seq numbers, root first."
     )
+    pending_parent_id = models.UUIDField(
+        null=True,
+        blank=True,
+        help_text="The parent this top-level step waits for: it was sent before its parent "
+        "(OTLP), and moves under it when a step with this id is added.",
+    )
     step_type = models.CharField(max_length=16, choices=StepType.choices)
     status = models.CharField(
         max_length=16, choices=StepStatus.choices, default=StepStatus.COMPLETED
@@ -156,6 +166,13 @@ class Step(models.Model):
     data = models.JSONField(default=dict, blank=True)
     data_preview = models.CharField(max_length=200, blank=True)
     data_bytes = models.PositiveIntegerField(default=0)
+    tool_facts = models.JSONField(
+        default=dict,
+        # Rows written without it (by an older migration's models) have none.
+        db_default=Value({}, output_field=models.JSONField()),
+        blank=True,
+        help_text="What a result's outcome reads of its data (traces.outcomes.tool_facts).",
+    )
     error = models.TextField(blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -181,6 +198,11 @@ class Step(models.Model):
         indexes = [
             models.Index(fields=["trace", "parent", "seq"], name="step_children"),
             models.Index(fields=["trace", "depth", "seq"], name="step_depth"),
+            models.Index(
+                fields=["trace", "pending_parent_id"],
+                condition=models.Q(pending_parent_id__isnull=False),
+                name="step_pending_parent",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -188,7 +210,11 @@ class Step(models.Model):
 
     @property
     def is_error(self) -> bool:
-        return self.status == StepStatus.FAILED or bool(self.error)
+        """Whether the step's outcome is an error (``traces.outcomes.step_outcome``): what
+        the rollups count, "next error" finds and every badge shows."""
+        from traces.outcomes import step_outcome
+
+        return step_outcome(self.step_type, self.status, self.error, self.tool_facts).is_error
 
 
 class TraceEvent(models.Model):

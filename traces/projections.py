@@ -11,9 +11,13 @@ from typing import Any
 from django.db.models import QuerySet
 
 from traces.models import Step, Trace, TraceEvent
+from traces.outcomes import step_outcome
 from traces.sql import AsFloat, IsoTimestamp, Prefix, UuidText
 
 PREVIEW_CHARS = 200
+#: The key of a running step's data that holds what it has printed so far (bounded by its
+#: writer); a ``step_updated`` that changes the data carries it (docs/traces.md).
+LIVE_OUTPUT_KEY = "live_output"
 COMPACT_TEXT_CHARS = 200
 
 
@@ -58,6 +62,7 @@ _SKELETON_PLAIN = (
     "subtree_steps",
     "subtree_error_count",
     "subtree_tokens",
+    "tool_facts",
 )
 
 
@@ -82,7 +87,8 @@ def step_values(qs: QuerySet[Step], *, full: bool = False) -> QuerySet[Step, dic
 
 
 def step_from_values(row: dict[str, Any], *, full: bool = False) -> dict[str, Any]:
-    """A step in the API's shape from a ``step_values`` row."""
+    """A step in the API's shape from a ``step_values`` row, with its ``outcome``
+    (``traces.outcomes.step_outcome``: ``kind``, ``label``, ``reason``)."""
     children = row["children_count"]
     if full:
         description, error = row["description"], row["error"]
@@ -113,6 +119,9 @@ def step_from_values(row: dict[str, Any], *, full: bool = False) -> dict[str, An
         "subtree_cost": row["subtree_cost_value"] or 0.0,
         "data_preview": row["data_preview"],
         "data_bytes": row["data_bytes"],
+        "outcome": step_outcome(
+            row["step_type"], row["status"], error, row["tool_facts"]
+        ).as_dict(),
     }
     if full:
         out["path"] = row["path"]

@@ -110,6 +110,18 @@ class TraceCompleteIn(InputSchema):
     total_duration_ms: int | None = Field(None, ge=0, le=MAX_INT)
 
 
+class OutcomeOut(Schema):
+    """A step's outcome (``traces.outcomes.step_outcome``)."""
+
+    kind: str = Field(
+        description="ok, failed, blocked, timed_out, oom, cancelled, running or pending"
+    )
+    label: str
+    reason: str
+    summary: str
+    is_error: bool
+
+
 class StepOut(Schema):
     step_id: uuid.UUID
     trace_id: uuid.UUID
@@ -134,6 +146,7 @@ class StepOut(Schema):
     subtree_cost: float
     data_preview: str
     data_bytes: int
+    outcome: OutcomeOut
 
 
 class StepFullOut(StepOut):

@@ -24,15 +24,19 @@ from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 
 from asgiref.sync import sync_to_async
+from django.db import connection
 from django.db.models import Count, F, Min, OuterRef, Q, QuerySet, Subquery
 from django.db.models.expressions import Window
 from django.db.models.functions import RowNumber
 from django.utils.dateparse import parse_datetime
+from django.utils.translation import gettext
 
 from devassist import cursors
 from devassist.responses import json_bytes
 from traces.access import can_view
+from traces.artifacts import artifacts_of
 from traces.exceptions import (
+    ArtifactNotFound,
     InvalidCursor,
     StepNotFound,
     StepValueNotFound,
@@ -174,6 +178,26 @@ def step_get(*, trace_id: uuid.UUID, step_id: uuid.UUID) -> Step:
     return step
 
 
+def artifact_get(*, viewer: Any, trace_id: uuid.UUID, artifact_id: uuid.UUID) -> dict[str, Any]:
+    """The record of one of the trace's artifacts (``traces.artifacts``), found in its result
+    steps, if ``viewer`` may see the trace; ``TraceNotFound`` for a missing trace and for
+    someone else's alike, ``ArtifactNotFound``. On PostgreSQL the database finds the step
+    (JSON containment, within the trace); elsewhere the trace's result steps are read."""
+    trace = trace_get_for(viewer=viewer, trace_id=trace_id)
+    wanted = str(artifact_id)
+    steps = Step.objects.for_trace(trace.id).filter(step_type=StepType.RESULT)
+    if connection.features.supports_json_field_contains:
+        pattern = [{"id": wanted}]
+        steps = steps.filter(
+            Q(data__result__artifacts__contains=pattern) | Q(data__artifacts__contains=pattern)
+        )
+    for data in steps.values_list("data", flat=True).iterator():
+        for record in artifacts_of(data):
+            if record["id"] == wanted:
+                return record
+    raise ArtifactNotFound(f"Trace {trace_id} has no artifact {artifact_id}.")
+
+
 def children_window(
     *,
     trace_id: uuid.UUID,
@@ -300,6 +324,46 @@ def node_window(
     )
 
 
+@dataclass(frozen=True)
+class TreeWindow:
+    """A window of a node's children (``total_children`` in all), each child that was opened
+    carrying its own first window under ``"window"``."""
+
+    children: list[dict[str, Any]]
+    total_children: int
+    next_offset: int | None
+
+    @property
+    def remaining(self) -> int:
+        """Children after this window."""
+        return self.total_children - self.next_offset if self.next_offset is not None else 0
+
+
+def step_tree_window(
+    *,
+    trace_id: uuid.UUID,
+    parent_id: uuid.UUID | None,
+    offset: int = 0,
+    limit: int = CHILD_WINDOW,
+    depth: int = 1,
+) -> TreeWindow:
+    """Children ``[offset, offset + limit)`` of a step (the top level for None), each opened
+    ``depth - 1`` levels deeper with its first ``limit`` children: ``node_window``'s reads
+    (one query for the node and one per level), with a ``TreeWindow`` on every opened node.
+    ``TraceNotFound``, ``StepNotFound``."""
+    found = node_window(
+        trace_id=trace_id, step_id=parent_id, max_depth=depth, offset=offset, limit=limit
+    )
+    for node in _walk(found.children):
+        shown = len(node["children"])
+        node["window"] = TreeWindow(
+            children=node["children"],
+            total_children=node["children_count"],
+            next_offset=shown if shown < node["children_count"] else None,
+        )
+    return TreeWindow(found.children, found.total_children, found.next_offset)
+
+
 def trace_tree(
     *,
     trace: Trace,
@@ -307,8 +371,11 @@ def trace_tree(
     full: bool = False,
     max_steps: int | None = None,
 ) -> list[dict[str, Any]]:
-    """The whole tree (to ``max_depth`` levels) as nested dicts, in one query. Raises
-    ``TreeTooLarge`` when it holds more than ``max_steps`` steps."""
+    """The whole tree (to ``max_depth`` levels) as nested dicts, children in seq order, in
+    one query. Raises ``TreeTooLarge`` when it holds more than ``max_steps`` steps.
+
+    A parent can have a later seq than its children (steps sent before their parent, OTLP),
+    so the steps are linked once all are read."""
     qs = Step.objects.for_trace(trace)
     if max_depth is not None:
         qs = qs.filter(depth__lt=max_depth)
@@ -316,7 +383,6 @@ def trace_tree(
     if max_steps is not None:
         rows = rows[: max_steps + 1]
     nodes: dict[str, dict[str, Any]] = {}
-    roots: list[dict[str, Any]] = []
     for row in rows:
         if max_steps is not None and len(nodes) == max_steps:
             raise TreeTooLarge(
@@ -327,6 +393,8 @@ def trace_tree(
         node = step_from_values(row, full=full)
         node["children"] = []
         nodes[node["step_id"]] = node
+    roots: list[dict[str, Any]] = []
+    for node in nodes.values():
         parent = nodes.get(node["parent_id"]) if node["parent_id"] else None
         (parent["children"] if parent is not None else roots).append(node)
     return roots
@@ -474,7 +542,9 @@ def tree_view(*, trace: Trace, step_id: uuid.UUID | None = None) -> TreeView:
     if step_id is not None:
         target = Step.objects.for_trace(trace).filter(pk=step_id).values("seq", "path").first()
         if target is None:
-            notices.append("That step is not in this trace; showing the trace from the top.")
+            notices.append(
+                gettext("That step is not in this trace; showing the trace from the top.")
+            )
         else:
             view = _path_view(trace, target)
             view.notices = notices

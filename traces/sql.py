@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db.models import FloatField, Func, TextField, Value
+from django.db.models import FloatField, Func, JSONField, TextField, Value
 from django.db.models.expressions import Expression
 
 
@@ -72,3 +72,37 @@ class Prefix(Func):
 
     def __init__(self, expression: Expression | str, length: int) -> None:
         super().__init__(expression, Value(1), Value(length))
+
+
+class PrefixedArray(Func):
+    """The JSON array column ``expression`` with the integers ``prefix`` (at least one) put in
+    front of its items (a subtree's ``path`` when the subtree moves under a new parent)."""
+
+    output_field = JSONField()
+
+    def __init__(self, prefix: list[int], expression: Expression | str) -> None:
+        super().__init__(Value(prefix, output_field=JSONField()), expression)
+
+    def as_postgresql(self, compiler: Any, connection: Any, **extra: Any) -> Any:
+        return self.as_sql(
+            compiler, connection, template="(%(expressions)s)", arg_joiner=" || ", **extra
+        )
+
+    def as_sqlite(self, compiler: Any, connection: Any, **extra: Any) -> Any:
+        # SQLite keeps JSON as text and has no array concatenation: the prefix's text without
+        # its "]", then the column's items without its "[" (or the prefix, for an empty one).
+        prefix_sql, prefix_params = compiler.compile(self.source_expressions[0])
+        column_sql, column_params = compiler.compile(self.source_expressions[1])
+        sql = (
+            f"(CASE WHEN json_array_length({column_sql}) = 0 THEN json({prefix_sql}) "
+            f"ELSE json(substr({prefix_sql}, 1, length({prefix_sql}) - 1) || ',' || "
+            f"substr({column_sql}, 2)) END)"
+        )
+        params = (
+            *column_params,
+            *prefix_params,
+            *prefix_params,
+            *prefix_params,
+            *column_params,
+        )
+        return sql, params

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import uuid
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
@@ -26,8 +26,8 @@ from typing import Any, Protocol
 import structlog
 from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.db import transaction
-from django.db.models import F
+from django.db import IntegrityError, transaction
+from django.db.models import Case, F, Q, UUIDField, Value, When
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
@@ -54,7 +54,16 @@ from traces.models import (
     TraceMode,
     TraceStatus,
 )
-from traces.projections import data_summary, event_dict, step_dict, trace_dict, trace_totals
+from traces.outcomes import tool_facts
+from traces.projections import (
+    LIVE_OUTPUT_KEY,
+    data_summary,
+    event_dict,
+    step_dict,
+    trace_dict,
+    trace_totals,
+)
+from traces.sql import PrefixedArray
 
 logger = structlog.get_logger(__name__)
 
@@ -69,7 +78,14 @@ COST_LIMIT = Decimal(10**12)
 @dataclass(frozen=True)
 class StepCreate:
     """A step to add. ``id`` may be chosen by the client (re-sending one that is stored is a
-    no-op); ``parent_id`` must exist in the trace or come earlier in the same batch."""
+    no-op); ``parent_id`` must exist in the trace or come earlier in the same batch, unless
+    ``out_of_order``.
+
+    ``out_of_order``: the step comes from a source that sends steps in any order (OTLP spans,
+    which are sent as they end, children before their parents). A parent that is neither
+    stored nor in the batch may come later: the step is stored at the top level, waiting for
+    it (``Step.pending_parent_id``), and moves under it, with its subtree, when a step with
+    that id is added. Steps stored earlier that wait for this one move under it then."""
 
     step_type: str
     id: uuid.UUID = field(default_factory=uuid.uuid4)
@@ -84,6 +100,7 @@ class StepCreate:
     duration_ms: int | None = None
     tokens: int = 0
     cost: Decimal = Decimal(0)
+    out_of_order: bool = False
 
 
 #: Fields ``update_step`` accepts.
@@ -134,6 +151,19 @@ class TraceStore(Protocol):
     def update_step_sync(
         self, trace_id: uuid.UUID, step_id: uuid.UUID, changes: dict[str, Any]
     ) -> Step: ...
+
+    def add_feedback_sync(self, trace_id: uuid.UUID, step: StepCreate) -> Step: ...
+
+    def open_or_add_sync(
+        self,
+        trace: Trace,
+        steps: Sequence[StepCreate],
+        *,
+        check: Callable[[Trace], None] | None = None,
+        complete: str | None = None,
+        total_duration_ms: int | None = None,
+        task: str | None = None,
+    ) -> AddedSteps: ...
 
     def complete_trace_sync(
         self,
@@ -229,20 +259,35 @@ def _check_total_cost(trace: Trace) -> None:
 def _locked_running_trace(trace_id: uuid.UUID) -> Trace:
     """The trace (with its user, which its events show), locked until the transaction ends;
     ``TraceNotFound`` or ``TraceNotRunning`` unless it is running."""
-    trace = (
-        Trace.objects.select_for_update(of=("self",))
-        .select_related("user")
-        .filter(pk=trace_id)
-        .first()
-    )
-    if trace is None:
-        raise TraceNotFound(f"Trace {trace_id} does not exist.")
+    trace = _locked_trace(trace_id)
     if not trace.is_running:
         raise TraceNotRunning(
             f"Trace {trace_id} is {trace.status}; it takes no more changes.",
             details={"status": trace.status},
         )
     return trace
+
+
+def _locked_trace(trace_id: uuid.UUID) -> Trace:
+    """The trace (with its user), locked until the transaction ends; ``TraceNotFound``."""
+    trace = _locked_trace_or_none(trace_id)
+    if trace is None:
+        raise TraceNotFound(f"Trace {trace_id} does not exist.")
+    return trace
+
+
+def _locked_trace_or_none(trace_id: uuid.UUID) -> Trace | None:
+    return (
+        Trace.objects.select_for_update(of=("self",))
+        .select_related("user")
+        .filter(pk=trace_id)
+        .first()
+    )
+
+
+def _live_output(data: Any) -> Any:
+    """A step's live output (``LIVE_OUTPUT_KEY`` in its data), None when it has none."""
+    return data.get(LIVE_OUTPUT_KEY) if isinstance(data, dict) else None
 
 
 def _duration(
@@ -302,11 +347,18 @@ class _Write:
 
     def __init__(self, trace: Trace) -> None:
         self.trace = trace
+        #: Stored steps have seqs up to this one; the write's new steps come after it.
+        self._stored_up_to = trace.last_seq
         self.new_steps: dict[uuid.UUID, Step] = {}
         self._new_by_seq: dict[int, Step] = {}
         self.changed: dict[uuid.UUID, Step] = {}
         self._changed_fields: dict[uuid.UUID, set[str]] = {}
         self._deltas: dict[int, _Delta] = defaultdict(_Delta)
+        #: Stored top-level steps that moved under a new parent (``_adopt``), by seq, with
+        #: the path and depth they end with: the stored steps under them get that path in
+        #: front of theirs (``_save_moves``).
+        self._moved: dict[int, Step] = {}
+        self.extra_trace_fields: set[str] = set()
         self.events: list[TraceEvent] = []
 
     # -- new steps --
@@ -319,7 +371,7 @@ class _Write:
         if len(ids) != len(set(ids)):
             raise InvalidStep("A step id appears twice in the batch.")
         outside = {item.parent_id for item in items if item.parent_id} - set(ids)
-        found = Step.objects.in_bulk([*ids, *outside]) if items else {}
+        found, waiting = self._look_up(items, {*ids, *outside})
         foreign = [str(i) for i in ids if i in found and found[i].trace_id != self.trace.id]
         if foreign:
             raise StepIdConflict(
@@ -335,14 +387,39 @@ class _Write:
             step = self._new_step(item, index, parent)
             batch.append(step)
             added.append(step)
+        moved = self._adopt(waiting)
         # Added last, so that each shows the rollups of the later steps of the batch.
         self.events += [self._event("step_added", step.seq, step=step_dict(step)) for step in added]
+        self.events += moved
         return batch
+
+    def _look_up(
+        self, items: Sequence[StepCreate], wanted: set[uuid.UUID]
+    ) -> tuple[dict[uuid.UUID, Step], list[Step]]:
+        """The stored steps among ``wanted`` (re-sent ids, parents from outside the batch) by
+        id, and the stored steps of the trace that wait for a step of the batch (its
+        ``out_of_order`` ones): one query."""
+        if not items:
+            return {}, []
+        awaited = [item.id for item in items if item.out_of_order]
+        query = Q(pk__in=wanted)
+        if awaited:
+            query |= Q(trace=self.trace, pending_parent_id__in=awaited)
+        rows = list(Step.objects.filter(query).order_by())
+        found = {row.id: row for row in rows if row.id in wanted}
+        waiting = [
+            row
+            for row in rows
+            if row.pending_parent_id is not None and row.trace_id == self.trace.id
+        ]
+        return found, waiting
 
     def _parent(self, item: StepCreate, index: int, found: Mapping[uuid.UUID, Step]) -> Step | None:
         if item.parent_id is None:
             return None
         parent = self.new_steps.get(item.parent_id) or found.get(item.parent_id)
+        if parent is None and item.out_of_order:
+            return None  # it waits for its parent (``_new_step``)
         if parent is None:
             raise InvalidParent(
                 f"Parent step {item.parent_id} does not exist in this trace "
@@ -372,6 +449,7 @@ class _Write:
             seq=trace.last_seq,
             depth=parent.depth + 1 if parent else 0,
             path=[*parent.path, parent.seq] if parent else [],
+            pending_parent_id=item.parent_id if parent is None else None,
             step_type=item.step_type,
             status=item.status,
             name=item.name,
@@ -387,6 +465,7 @@ class _Write:
             cost=item.cost,
         )
         make_storable(step)
+        step.tool_facts = _tool_facts(step)
         error = 1 if step.is_error else 0
         step.subtree_error_count = error
         step.subtree_tokens = item.tokens
@@ -401,6 +480,81 @@ class _Write:
         self.new_steps[step.id] = step
         self._new_by_seq[step.seq] = step
         return step
+
+    def _adopt(self, stored: Sequence[Step]) -> list[TraceEvent]:
+        """Move the steps that wait for a step this write added (stored ones, and new ones
+        whose parent came later in the batch) under it, with their subtrees, oldest first;
+        returns the ``step_updated`` events of the stored ones (``parent_id`` and ``depth``:
+        their subtrees moved with them).
+
+        Each move adds the moving subtree's rollups to its new ancestors (in memory for new
+        steps, as a relative write for stored ones), puts the new parent's path in front of
+        the paths of the subtree's steps (in memory for new ones and moved stored top steps,
+        by ``_save_moves`` for the stored steps under those) and takes one step off the
+        trace's top level. A step that would become its own ancestor (span ids that form a
+        loop) stays where it is, still waiting."""
+        orphans = [s for s in stored if s.pending_parent_id in self.new_steps]
+        orphans += [s for s in self.new_steps.values() if s.pending_parent_id in self.new_steps]
+        parents = {o.id: self.new_steps[o.pending_parent_id] for o in orphans}  # type: ignore[index]
+        events: list[TraceEvent] = []
+        # The steps in memory under each top-level step (by its seq): what moves with it.
+        under: dict[int, list[Step]] = defaultdict(list)
+        for step in self.new_steps.values():
+            if step.path:
+                under[step.path[0]].append(step)
+        # Any order gives the same tree.
+        for orphan in sorted(orphans, key=lambda o: o.seq):
+            parent = parents[orphan.id]
+            if (parent.path[0] if parent.path else parent.seq) == orphan.seq:
+                continue
+            is_stored = orphan.id not in self.new_steps
+            moving = _Delta(
+                steps=orphan.subtree_steps,
+                errors=orphan.subtree_error_count,
+                tokens=orphan.subtree_tokens,
+                cost=orphan.subtree_cost,
+            )
+            pending = self._deltas.get(orphan.seq) if is_stored else None
+            if pending is not None:
+                moving.steps += pending.steps
+                moving.errors += pending.errors
+                moving.tokens += pending.tokens
+                moving.cost += pending.cost
+            prefix = [*parent.path, parent.seq]
+            self._roll_up(prefix, moving)
+            self._roll_up([parent.seq], _Delta(children=1))
+            self.trace.root_count -= 1
+            # The steps under it move with it: new ones, and stored ones that moved under it
+            # earlier in this write (their stored subtrees follow them in ``_save_moves``).
+            followers = under.pop(orphan.seq, [])
+            for step in followers:
+                step.path = [*prefix, *step.path]
+                step.depth = len(step.path)
+            orphan.parent_id, orphan.pending_parent_id = parent.id, None
+            orphan.path, orphan.depth = prefix, len(prefix)
+            under[prefix[0]] += [*followers, orphan]
+            if is_stored:
+                self._moved[orphan.seq] = orphan
+                self.trace.last_seq += 1
+                events.append(
+                    self._event(
+                        "step_updated",
+                        self.trace.last_seq,
+                        step_id=str(orphan.id),
+                        updates={"parent_id": str(parent.id), "depth": orphan.depth},
+                    )
+                )
+        return events
+
+    def _moved_path(self, step: Step) -> None:
+        """Bring a stored step loaded before this write's moves to where they put it."""
+        moved = self._moved.get(step.path[0] if step.path else step.seq)
+        if moved is None:
+            return
+        if moved.seq == step.seq:
+            step.parent_id, step.pending_parent_id = moved.parent_id, None
+        step.path = [*moved.path, *step.path]
+        step.depth = len(step.path)
 
     def _roll_up(self, seqs: Sequence[int], delta: _Delta) -> None:
         """Add ``delta`` to the rollups of the steps ``seqs``: in memory for new ones, as a
@@ -432,6 +586,7 @@ class _Write:
         """Apply checked ``changes`` to a step of the trace (new in this write or stored), keep
         the rollups and totals right and add its ``step_updated`` event."""
         step = self.new_steps.get(step_id) or self.changed.get(step_id) or self._stored(step_id)
+        was_live = _live_output(step.data) is not None
         was_error = 1 if step.is_error else 0
         old_tokens, old_cost = step.tokens, step.cost
         for name, value in changes.items():
@@ -451,8 +606,9 @@ class _Write:
         updated = set(changes) | {"finished_at", "duration_ms"}
         if "data" in changes:
             step.data_preview, step.data_bytes = data_summary(step.data)
-            updated |= {"data_preview", "data_bytes"}
+            updated |= {"data_preview", "data_bytes", "tool_facts"}
         make_storable(step)
+        step.tool_facts = _tool_facts(step)
         delta = _Delta(
             errors=(1 if step.is_error else 0) - was_error,
             tokens=step.tokens - old_tokens,
@@ -471,14 +627,18 @@ class _Write:
             self.changed[step.id] = step
             self._changed_fields.setdefault(step.id, set()).update(updated - _ROLLUP_FIELDS)
         row = step_dict(step)
-        shown = updated - {"data"} | ({"data_preview"} if "data" in changes else set())
+        shown = updated - {"data", "tool_facts"} | (
+            {"data_preview"} if "data" in changes else set()
+        )
+        event_updates = {name: row[name] for name in sorted(shown) if name in row}
+        if "data" in changes and (was_live or _live_output(step.data) is not None):
+            # What a running step printed so far reaches watchers whole (it is bounded by its
+            # writer); None once it is gone (the step's result holds the output).
+            event_updates[LIVE_OUTPUT_KEY] = _live_output(step.data)
         self.trace.last_seq += 1
         self.events.append(
             self._event(
-                "step_updated",
-                self.trace.last_seq,
-                step_id=str(step.id),
-                updates={name: row[name] for name in sorted(shown) if name in row},
+                "step_updated", self.trace.last_seq, step_id=str(step.id), updates=event_updates
             )
         )
         return step
@@ -488,6 +648,7 @@ class _Write:
         step = Step.objects.for_trace(self.trace).filter(pk=step_id).first()
         if step is None:
             raise StepNotFound(f"Step {step_id} does not exist in trace {self.trace.id}.")
+        self._moved_path(step)
         pending = self._deltas.get(step.seq)
         if pending is not None:
             step.children_count += pending.children
@@ -537,12 +698,13 @@ class _Write:
         if new_trace:
             make_storable(self.trace)
             self.trace.save(force_insert=True)
-        elif not self.events:
+        elif not self.events and not self.new_steps and not self.changed:
             return
         else:
-            self.trace.save(update_fields=_TRACE_FIELDS)
+            self.trace.save(update_fields=[*_TRACE_FIELDS, *sorted(self.extra_trace_fields)])
         self._save_rollups()
         Step.objects.bulk_create(self.new_steps.values())
+        self._save_moves()
         by_fields: dict[frozenset[str], list[Step]] = defaultdict(list)
         for step_id, step in self.changed.items():
             by_fields[frozenset(self._changed_fields[step_id])].append(step)
@@ -552,6 +714,47 @@ class _Write:
         broadcast_on_commit(
             group_name(self.trace.id),
             [{"type": "trace.event", "event": event_dict(e)} for e in self.events],
+        )
+
+    def _save_moves(self) -> None:
+        """Move the stored subtrees whose top steps moved (the new steps were placed in
+        memory): one update, each stored step under a moved top step getting that step's new
+        path in front of its own (one branch per new path: the steps that moved under one
+        parent share theirs)."""
+        if not self._moved:
+            return
+        by_path: dict[tuple[int, ...], list[int]] = defaultdict(list)
+        parents: dict[tuple[int, ...], uuid.UUID | None] = {}
+        for seq, step in self._moved.items():
+            by_path[tuple(step.path)].append(seq)
+            parents[tuple(step.path)] = step.parent_id
+        roots = list(self._moved)
+        Step.objects.for_trace(self.trace).filter(seq__lte=self._stored_up_to).filter(
+            Q(seq__in=roots) | Q(path__0__in=roots)
+        ).update(
+            path=Case(
+                *(
+                    When(Q(seq__in=seqs) | Q(path__0__in=seqs), then=PrefixedArray(list(p), "path"))
+                    for p, seqs in by_path.items()
+                ),
+                default=F("path"),
+            ),
+            depth=F("depth")
+            + Case(
+                *(
+                    When(Q(seq__in=seqs) | Q(path__0__in=seqs), then=Value(len(p)))
+                    for p, seqs in by_path.items()
+                ),
+                default=Value(0),
+            ),
+            parent_id=Case(
+                *(When(seq__in=seqs, then=Value(parents[p])) for p, seqs in by_path.items()),
+                default=F("parent_id"),
+            ),
+            pending_parent_id=Case(
+                When(seq__in=roots, then=Value(None, output_field=UUIDField())),
+                default=F("pending_parent_id"),
+            ),
         )
 
     def _save_rollups(self) -> None:
@@ -640,6 +843,86 @@ class OrmTraceStore:
             write.save()
         return step
 
+    def add_feedback_sync(self, trace_id: uuid.UUID, step: StepCreate) -> Step:
+        """Add a ``feedback`` step (people's verdict on what the trace did, which comes after
+        the fact) to the trace, finished or not, with its rollups. A finished trace's watchers
+        are not told (its ``trace_completed`` stays its last event): its pages show the step.
+        Raises ``InvalidStep`` for another step type, and as ``add_steps_sync``."""
+        if step.step_type != StepType.FEEDBACK:
+            raise InvalidStep(f"Only feedback steps are added this way, not {step.step_type!r}.")
+        with transaction.atomic():
+            write = _Write(_locked_trace(trace_id))
+            (added,) = write.add([step])
+            if not write.trace.is_running:
+                write.events.clear()
+            write.save()
+        logger.info("feedback_added", trace_id=str(trace_id), step_id=str(added.id))
+        return added
+
+    def open_or_add_sync(
+        self,
+        trace: Trace,
+        steps: Sequence[StepCreate],
+        *,
+        check: Callable[[Trace], None] | None = None,
+        complete: str | None = None,
+        total_duration_ms: int | None = None,
+        task: str | None = None,
+    ) -> AddedSteps:
+        """Add ``steps`` to the trace ``trace.id``, storing ``trace`` (a new, unsaved
+        instance) first when there is none: for sources that name their traces themselves
+        and send them in pieces, in any order (OTLP).
+
+        An existing trace is locked and given to ``check``, which raises to refuse the write
+        before anything is written (someone else's trace, say). ``complete`` (a final status)
+        ends a running trace as ``complete_trace`` does, and ``task`` replaces its task. A
+        trace that is no longer running still takes the steps (late arrivals; ``complete`` is
+        then ignored), without events: its ``trace_completed`` stays its last event, and its
+        pages show them. The size of the batch is the caller's to bound. Raises what
+        ``check`` raises, and ``InvalidParent``, ``StepIdConflict``, ``InvalidStep``,
+        ``CostOutOfRange``, ``InvalidInput`` (a status that is not final); a rejected write
+        writes nothing."""
+        if complete is not None:
+            _check_final(complete)
+        with transaction.atomic():
+            stored = _locked_trace_or_none(trace.id)
+            if stored is None:
+                stored = self._insert_or_lock(trace)
+            if stored is not trace and check is not None:
+                check(stored)
+            write = _Write(stored)
+            batch = write.add(steps)
+            running = stored.is_running
+            if not running:
+                write.events.clear()
+            else:
+                if task is not None and task != stored.task:
+                    stored.task = task
+                    write.extra_trace_fields.add("task")
+                if complete is not None:
+                    write.complete(complete, total_duration_ms)
+            write.save()
+        if write.new_steps:
+            logger.info("steps_added", trace_id=str(trace.id), count=len(write.new_steps))
+        if complete is not None and running:
+            logger.info("trace_completed", trace_id=str(trace.id), status=complete)
+        return AddedSteps(steps=batch, created=len(write.new_steps))
+
+    def _insert_or_lock(self, trace: Trace) -> Trace:
+        """Store ``trace`` (it did not exist a moment ago) and return it, or lock and return
+        the one another transaction stored in the meantime (which the caller must check). The
+        caller's transaction holds the row either way."""
+        try:
+            with transaction.atomic():
+                make_storable(trace)
+                trace.save(force_insert=True)
+        except IntegrityError:
+            return _locked_trace(trace.id)
+        logger.info(
+            "trace_created", trace_id=str(trace.id), mode=trace.mode, agent_type=trace.agent_type
+        )
+        return trace
+
     def complete_trace_sync(
         self,
         trace_id: uuid.UUID,
@@ -707,3 +990,9 @@ def get_trace_store() -> TraceStore:
     config = getattr(settings, "TRACE_STORE", {"BACKEND": "traces.store.OrmTraceStore"})
     store_class = import_string(config["BACKEND"])
     return store_class(**config.get("OPTIONS", {}))
+
+
+def _tool_facts(step: Step) -> dict[str, Any]:
+    """What the outcome of a stored step reads of its data (a ``result``'s only), kept beside
+    it so reads of the skeleton never load the data."""
+    return tool_facts(step.data) if step.step_type == StepType.RESULT else {}

@@ -17,11 +17,14 @@ from django.http import (
     StreamingHttpResponse,
 )
 from django.shortcuts import render
+from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET
 
 from devassist.exceptions import NotFound
 from devassist.htmx import HtmxHttpRequest
 from traces import selectors
+from traces.artifact_cards import artifact_cards
+from traces.artifacts import artifacts_of
 from traces.filters import TreeQueryForm, parse_step_id, trace_filters
 
 R = TypeVar("R", bound=HttpResponseBase)
@@ -65,7 +68,7 @@ def trace_page(request: HtmxHttpRequest, trace_id: uuid.UUID) -> HttpResponse:
     step_id = TreeQueryForm(request.GET).step_id()
     tree = selectors.tree_view(trace=trace, step_id=step_id)
     if request.GET.get("step") and step_id is None:
-        tree.notices.append("Ignored step: not a step id; showing the trace from the top.")
+        tree.notices.append(_("Ignored step: not a step id; showing the trace from the top."))
     template = "traces/trace.html#tree" if request.htmx.target == "tree" else "traces/trace.html"
     return render(request, template, {"trace": trace, "tree": tree})
 
@@ -97,7 +100,9 @@ def trace_rows(request: HtmxHttpRequest, trace_id: uuid.UUID) -> HttpResponse:
 def step_detail(request: HtmxHttpRequest, trace_id: uuid.UUID, step_id: uuid.UUID) -> HttpResponse:
     trace = selectors.trace_get_for(viewer=request.user, trace_id=trace_id)
     step, values = selectors.step_detail(trace=trace, step_id=step_id)
-    return render(request, "traces/_detail.html", {"trace": trace, "step": step, "values": values})
+    artifacts = artifact_cards(trace.id, artifacts_of(step["data"]))
+    context = {"trace": trace, "step": step, "values": values, "artifacts": artifacts}
+    return render(request, "traces/_detail.html", context)
 
 
 @require_GET

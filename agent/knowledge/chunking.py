@@ -16,9 +16,12 @@ for its format, chosen by file suffix (``FORMATS``):
 - plain text: blank-line separated paragraphs under the file's name.
 
 Then each section's blocks are packed into chunks of at most ``max_chars`` characters (a block
-longer than that is split at lines, then sentences, then words). Each chunk starts with its
-section's heading, and a chunk that continues a section repeats the end of the previous one
-(up to ``overlap_chars``), so a passage cut at a chunk boundary is whole in one of them.
+longer than that is split at lines, then sentences, then words). Every piece of a fenced code
+block is fenced again with the block's own fence line, and every piece of a table repeats its
+header rows, so each chunk is Markdown that renders as its part of the document did. Each chunk
+starts with its section's heading, and a chunk that continues a section repeats the end of the
+previous one (up to ``overlap_chars``; never part of a code block or a table), so a passage cut
+at a chunk boundary is whole in one of them.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from html.parser import HTMLParser
 from pathlib import PurePosixPath
 
 __all__ = [
+    "CHUNKING_VERSION",
     "FORMATS",
     "Chunk",
     "chunk_document",
@@ -40,6 +44,9 @@ __all__ = [
 
 CHUNK_MAX_CHARS = 1200
 CHUNK_OVERLAP_CHARS = 200
+#: Changes whenever the same file would be chunked differently: ingestion re-chunks documents
+#: stored by another version even when the file is unchanged.
+CHUNKING_VERSION = 2
 
 #: File suffix (lower case) to format.
 FORMATS: dict[str, str] = {
@@ -145,11 +152,14 @@ def _pack(blocks: list[str], *, max_chars: int, overlap_chars: int) -> Iterator[
 
 
 def _tail(text: str, limit: int) -> str:
-    """The end of ``text``, at most ``limit`` characters, starting at a word or line."""
+    """The end of ``text``, at most ``limit`` characters, starting at a word or line; nothing
+    of a code block or table longer than that (a part of one would not render as one)."""
     if limit <= 0:
         return ""
     if len(text) <= limit:
         return text
+    if _fence_lines(text) is not None or _table_header(text) is not None:
+        return ""
     cut = text[-limit:]
     boundary = re.search(r"[\s。！？]", cut)
     return cut[boundary.end() :].lstrip() if boundary else cut
@@ -164,6 +174,13 @@ def _split_block(block: str, max_chars: int) -> list[str]:
         return []
     if len(block) <= max_chars:
         return [block]
+    fence = _fence_lines(block)
+    if fence is not None:
+        opening, body, closing = fence
+        return _framed(body, max_chars, head=opening, foot=closing)
+    header = _table_header(block)
+    if header is not None:
+        return _framed(block.split("\n")[2:], max_chars, head=header, foot="")
     lines = block.split("\n")
     units = lines if len(lines) > 1 else _SENTENCE_END.split(block)
     out: list[str] = []
@@ -179,6 +196,51 @@ def _split_block(block: str, max_chars: int) -> list[str]:
     if current.strip():
         out.append(current)
     return out
+
+
+def _fence_lines(block: str) -> tuple[str, list[str], str] | None:
+    """A fenced code block's opening line, its lines of code and its closing line (the
+    opening's fence when the block has none), or None when ``block`` is not one."""
+    lines = block.split("\n")
+    opening = _FENCE_OPEN.match(lines[0])
+    if opening is None:
+        return None
+    fence = opening.group(1)
+    if len(lines) > 1 and lines[-1].strip().startswith(fence):
+        return lines[0], lines[1:-1], lines[-1]
+    return lines[0], lines[1:], fence
+
+
+def _table_header(block: str) -> str | None:
+    """A pipe table's header row and delimiter row, or None when ``block`` is not a table."""
+    lines = block.split("\n")
+    if len(lines) > 2 and "|" in lines[0] and _TABLE_DELIMITER.match(lines[1]):
+        return f"{lines[0]}\n{lines[1]}"
+    return None
+
+
+def _framed(lines: list[str], max_chars: int, *, head: str, foot: str) -> list[str]:
+    """``lines`` in pieces that each fit ``max_chars`` with ``head`` before them and ``foot``
+    after them (a line longer than the room left is cut); pieces of blank lines only are
+    left out."""
+    frame = len(head) + (len(foot) + 1 if foot else 0) + 1
+    room = max(max_chars - frame, max_chars // 2)
+    groups: list[list[str]] = []
+    current: list[str] = []
+    size = 0
+    for line in lines:
+        for part in list(_hard_split(line, room)) or [""]:
+            if current and size + len(part) + 1 > room:
+                groups.append(current)
+                current, size = [], 0
+            current.append(part)
+            size += len(part) + 1
+    groups.append(current)
+    return [
+        "\n".join([head, *group, foot] if foot else [head, *group])
+        for group in groups
+        if any(line.strip() for line in group)
+    ]
 
 
 def _hard_split(text: str, max_chars: int) -> Iterator[str]:
@@ -217,6 +279,7 @@ def _text_sections(text: str, title: str) -> list[_Section]:
 _ATX = re.compile(r"^ {0,3}(#{1,6})[ \t]+(.*?)(?:[ \t]+#+)?[ \t]*$")
 _FENCE_OPEN = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 _SETEXT = re.compile(r"^ {0,3}(=+|-+)[ \t]*$")
+_TABLE_DELIMITER = re.compile(r"^ {0,3}\|?\s*:?-+:?\s*(?:\|\s*:?-+:?\s*)*\|?\s*$")
 
 
 class _Outline:

@@ -4,9 +4,11 @@ A document is identified in its collection by its ``source``: the path relative 
 ingested root, with ``/`` separators (``docs/tools.md``), or the file name of an upload. Its
 chunks get the ids ``<source>#<chunk_index>`` and the metadata ``source``, ``chunk_index``,
 ``title``, ``section``, ``content_hash`` (of the chunk), ``file_hash`` (SHA-256 of the file's
-bytes) and ``root`` (where it was ingested from).
+bytes), ``root`` (where it was ingested from) and ``chunking`` (the ``CHUNKING_VERSION`` that
+cut it).
 
-Re-ingesting is idempotent: a file whose ``file_hash`` is unchanged is skipped; a changed file's
+Re-ingesting is idempotent: a file whose ``file_hash`` is unchanged is skipped (unless its
+chunks were cut by another version of the chunking, then it is chunked again); a changed file's
 chunks are replaced; a file deleted from an ingested path loses its chunks (only files under the
 paths given this time, ingested from the same root). Unsupported types, empty files and files
 that are not UTF-8 text are listed in the summary and skipped. The collection's BM25 index is
@@ -27,7 +29,7 @@ import structlog
 
 from agent.exceptions import DocumentNotFound, IngestPathInvalid
 from agent.knowledge import bm25
-from agent.knowledge.chunking import chunk_document, format_for
+from agent.knowledge.chunking import CHUNKING_VERSION, chunk_document, format_for
 from agent.knowledge.store import (
     collection_lock,
     delete_ids,
@@ -257,6 +259,7 @@ def _ingest(
 class _StoredDocument:
     file_hash: str
     root: str
+    chunking: int
     ids: list[str]
 
 
@@ -269,6 +272,7 @@ def _stored_documents(records: Iterable[Any]) -> dict[str, _StoredDocument]:
             _StoredDocument(
                 file_hash=str(record.metadata.get("file_hash", "")),
                 root=str(record.metadata.get("root", "")),
+                chunking=int(record.metadata.get("chunking", 1)),
                 ids=[],
             ),
         )
@@ -312,7 +316,12 @@ def _ingest_one(
         return
     data = item.read()
     file_hash = hashlib.sha256(data).hexdigest()
-    if old is not None and old.file_hash == file_hash and old.root == root:
+    if (
+        old is not None
+        and old.file_hash == file_hash
+        and old.root == root
+        and old.chunking == CHUNKING_VERSION
+    ):
         tally.unchanged.append(item.source)
         return
     text = _decode(data)
@@ -340,6 +349,7 @@ def _ingest_one(
                 "content_hash": chunk.content_hash,
                 "file_hash": file_hash,
                 "root": root,
+                "chunking": CHUNKING_VERSION,
             },
         )
     (tally.added if old is None else tally.updated).append(item.source)

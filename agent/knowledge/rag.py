@@ -1,10 +1,11 @@
 """The RAG answer: retrieve chunks, then answer from them with numbered citations and sources.
 
-``rag_answer`` searches the collection, gives the chunks to the configured model
-(``agent.llm.get_llm()``) as numbered passages, and returns its answer with a ``Sources:`` list
-of the passages it cited (all of them if it cited none), numbered as in the prompt:
-``1. guide.md#3``. With the offline provider (model ``"offline"``) the answer is extractive:
-the most relevant sentences of the best chunks, quoted with the same citations and sources.
+``rag_answer`` searches the collection, gives the chunks to the model as numbered passages, and
+returns its answer with a ``Sources:`` list of the passages it cited (all of them if it cited
+none), numbered as in the prompt: ``1. guide.md#3``; an answer the model could not finish (cut
+at its ``max_tokens``) says so before its sources. With a model that writes no free text (the
+offline provider) the answer is extractive: the most relevant passages of the best chunks,
+quoted with the same citations and sources.
 """
 
 from __future__ import annotations
@@ -20,12 +21,14 @@ from django.conf import settings
 
 from agent.knowledge.answers import (
     extractive_answer,
+    linked_label,
+    listed_sources,
     source_label,
     sources_block,
     strip_sources_block,
 )
 from agent.knowledge.search import SearchResult, search
-from agent.llm import ChatMessage, get_llm
+from agent.llm import ChatMessage, LLMProvider, LLMResponse, get_llm
 
 logger = structlog.get_logger(__name__)
 
@@ -61,11 +64,18 @@ class RagSource:
 @dataclass(frozen=True)
 class RagAnswer:
     """``answer`` ends with the ``Sources:`` list (none when nothing was found); ``sources``
-    are the chunks it lists, ``chunks`` everything retrieved."""
+    are the chunks it lists, ``chunks`` everything retrieved; ``response`` is the model call
+    that wrote it (None for an extractive answer)."""
 
     answer: str
     sources: list[RagSource]
     chunks: list[SearchResult]
+    response: LLMResponse | None = None
+
+
+#: Said before the sources of an answer the model stopped at its output limit.
+TRUNCATED_NOTE = "_(The answer was cut off: the model reached its output limit.)_"
+TRUNCATED_NOTE_ZH = "_（回答不完整：模型达到了输出长度上限。）_"
 
 
 def rag_messages(question: str, chunks: Sequence[SearchResult]) -> list[ChatMessage]:
@@ -81,15 +91,40 @@ def rag_messages(question: str, chunks: Sequence[SearchResult]) -> list[ChatMess
     ]
 
 
+#: A line that begins a sources list, or the start of one (``**Sou``): what follows it may be
+#: the list the answer's own replaces.
+_SOURCES_HEADING = re.compile(r"\**Sources\**:?\**\s*", re.IGNORECASE)
+
+
+def _streamable_length(text: str) -> int:
+    """How much of a streaming answer can go out as deltas: all of it up to the line that may
+    begin its own ``Sources:`` list (which the answer's list replaces: a heading line, or an
+    unfinished last line that may become one) and without trailing whitespace (what follows
+    may be that line), so the deltas stay a prefix of the answer ``rag_answer`` returns."""
+    start = 0
+    for line in text.splitlines(keepends=True):
+        stripped = line.strip()
+        unfinished = not line.endswith(("\n", "\r"))
+        if stripped and (
+            _SOURCES_HEADING.fullmatch(stripped)
+            or (unfinished and "sources:".startswith(stripped.replace("*", "").lower()))
+        ):
+            return len(text[:start].rstrip())
+        start += len(line)
+    return len(text.rstrip())
+
+
 async def rag_answer(
     *,
     question: str,
     collection: str | None = None,
     top_k: int = DEFAULT_TOP_K,
+    llm: LLMProvider | None = None,
     on_retrieved: Callable[[list[SearchResult]], Awaitable[None]] | None = None,
     on_delta: Callable[[str], Awaitable[None]] | None = None,
 ) -> RagAnswer:
-    """Answer ``question`` from ``collection`` (default ``settings.KNOWLEDGE_DEFAULT_COLLECTION``).
+    """Answer ``question`` from ``collection`` (default ``settings.KNOWLEDGE_DEFAULT_COLLECTION``)
+    with ``llm`` (default: the configured model).
 
     Raises ``CollectionNotFound``, ``EmbeddingsMismatch``, ``EmbeddingsUnavailable`` and the
     provider's ``LLMUnavailable`` / ``LLMTimeout``; cancelling the awaiting task stops the model
@@ -108,30 +143,48 @@ async def rag_answer(
         RagSource(number=n, source=c.source, chunk_index=c.chunk_index, title=c.title)
         for n, c in enumerate(chunks, start=1)
     ]
-    llm = get_llm()
+    llm = llm or get_llm()
     if not chunks or not llm.writes_free_text:
-        quoted = sources[: min(len(sources), 3)]
-        answer = extractive_answer(
-            question=question, results=[c.as_dict() for c in chunks], chinese=chinese
+        # It may read the collection (which linked documents exist): off the event loop.
+        answer = await sync_to_async(extractive_answer, thread_sensitive=False)(
+            question=question,
+            results=[c.as_dict() for c in chunks],
+            chinese=chinese,
+            model_configured=llm.writes_free_text,
         )
+        quoted = [s for s in sources if s.number in listed_sources(answer)]
         logger.info("rag_answered", collection=name, chunks=len(chunks), model=llm.model)
         return RagAnswer(answer=answer, sources=quoted, chunks=chunks)
+    response: LLMResponse | None = None
     if on_delta is None:
-        content = (await llm.complete(rag_messages(question, chunks))).content
+        response = await llm.complete(rag_messages(question, chunks))
     else:
-        content = ""
+        text, sent = "", 0
         async with aclosing(llm.stream(rag_messages(question, chunks))) as stream:
             async for chunk in stream:
                 if chunk.response is not None:
-                    content = chunk.response.content
+                    response = chunk.response
                     break
-                content += chunk.delta
-                await on_delta(chunk.delta)
-    body = strip_sources_block(content)
+                text += chunk.delta
+                safe = _streamable_length(text)
+                if safe > sent:
+                    await on_delta(text[sent:safe])
+                    sent = safe
+        if response is None:
+            response = LLMResponse(content=text, model=llm.model)
+    body = strip_sources_block(response.content)
     cited = {int(n) for n in _CITATION.findall(body)}
     listed = [s for s in sources if s.number in cited] or sources
-    answer = f"{body}\n\n{sources_block([(s.number, s.label) for s in listed])}"
+    if response.truncated:
+        body = f"{body}\n\n{TRUNCATED_NOTE_ZH if chinese else TRUNCATED_NOTE}"
+    labels = [(s.number, linked_label(name, s.source, s.chunk_index)) for s in listed]
+    answer = f"{body}\n\n{sources_block(labels)}"
     logger.info(
-        "rag_answered", collection=name, chunks=len(chunks), model=llm.model, cited=len(cited)
+        "rag_answered",
+        collection=name,
+        chunks=len(chunks),
+        model=llm.model,
+        cited=len(cited),
+        truncated=response.truncated,
     )
-    return RagAnswer(answer=answer, sources=listed, chunks=chunks)
+    return RagAnswer(answer=answer, sources=listed, chunks=chunks, response=response)

@@ -16,9 +16,10 @@ from typing import Any
 import structlog
 
 from agent.knowledge import bm25
+from agent.knowledge.blocks import clip_lines, clip_markdown
+from agent.knowledge.chunking import format_for
 from agent.knowledge.embeddings import get_embeddings
 from agent.knowledge.store import Hit, hits_for_ids, open_collection, query_collection
-from agent.knowledge.text import normalize_whitespace
 
 logger = structlog.get_logger(__name__)
 
@@ -30,12 +31,15 @@ RRF_K = 60
 
 @dataclass(frozen=True)
 class SearchResult:
-    """One chunk found. ``content`` is whitespace-normalised and at most 800 characters;
+    """One chunk found in ``collection``. ``content`` is the chunk's text as stored (Markdown
+    keeps its line breaks, code blocks and tables), cut to at most 800 characters at a block
+    boundary (Python source at a line; see ``agent.knowledge.blocks``), "…" marking a cut;
     ``chunk_index`` is None when the record has none; a score that was not computed is 0.0.
     ``score`` orders the results (higher is better): the RRF sum in hybrid mode, the BM25
     score otherwise."""
 
     id: str
+    collection: str
     source: str
     chunk_index: int | None
     title: str
@@ -85,7 +89,7 @@ def search(*, query: str, top_k: int, collection: str) -> list[SearchResult]:
     # A record BM25 knows but Chroma no longer has (deleted since the index was built) has no
     # hit: it is dropped rather than shown empty.
     results = [
-        _result(record_id, hits[record_id], bm25_scores.get(record_id, 0.0), scores)
+        _result(collection, record_id, hits[record_id], bm25_scores.get(record_id, 0.0), scores)
         for record_id in chosen
         if record_id in hits
     ]
@@ -99,26 +103,21 @@ def search(*, query: str, top_k: int, collection: str) -> list[SearchResult]:
     return results
 
 
-def _result(record_id: str, hit: Hit, bm25_score: float, scores: dict[str, float]) -> SearchResult:
+def _result(
+    collection: str, record_id: str, hit: Hit, bm25_score: float, scores: dict[str, float]
+) -> SearchResult:
     metadata = hit.metadata
     chunk_index = metadata.get("chunk_index")
+    source = str(metadata.get("source") or "")
+    clip = clip_lines if format_for(source) == "python" else clip_markdown
     return SearchResult(
         id=record_id,
-        source=str(metadata.get("source") or ""),
+        collection=collection,
+        source=source,
         chunk_index=int(chunk_index) if isinstance(chunk_index, int | float) else None,
         title=str(metadata.get("title") or ""),
-        content=_clip(normalize_whitespace(hit.text)),
+        content=clip(hit.text, CONTENT_MAX_CHARS),
         vector_distance=float(hit.distance),
         bm25_score=float(bm25_score),
         score=float(scores.get(record_id, 0.0)),
     )
-
-
-def _clip(text: str) -> str:
-    if len(text) <= CONTENT_MAX_CHARS:
-        return text
-    cut = text[: CONTENT_MAX_CHARS - 1]
-    space = cut.rfind(" ")
-    if space > CONTENT_MAX_CHARS * 0.8:
-        cut = cut[:space]
-    return cut + "…"

@@ -36,7 +36,6 @@ import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any, cast
 from urllib.parse import urlsplit
 
@@ -161,11 +160,33 @@ def validate_collection_name(name: str) -> str:
 
 def client() -> ClientAPI:
     """The Chroma client for the current settings (one per location, shared by threads)."""
-    return _client(settings.CHROMA_URL, str(settings.CHROMA_PATH))
+    key = (settings.CHROMA_URL, str(settings.CHROMA_PATH))
+    with _clients_lock:
+        made = _clients.get(key)
+        if made is None:
+            made = _clients[key] = _new_client(*key)
+        return made
 
 
-@lru_cache(maxsize=8)
-def _client(url: str, path: str) -> ClientAPI:
+def close_clients() -> None:
+    """Close every Chroma client this process opened (an embedded one holds its files open)
+    and forget them; the next ``client()`` opens a new one. For a process that moves
+    ``CHROMA_PATH`` (the test suite does, per test) or is shutting down."""
+    with _clients_lock:
+        opened = list(_clients.values())
+        _clients.clear()
+    for made in opened:
+        # Chroma's Client has close(); its ClientAPI protocol does not name it.
+        close = getattr(made, "close", None)
+        if close is not None:
+            close()
+
+
+_clients: dict[tuple[str, str], ClientAPI] = {}
+_clients_lock = threading.Lock()
+
+
+def _new_client(url: str, path: str) -> ClientAPI:
     chroma_settings = ChromaSettings(anonymized_telemetry=False)
     if url:
         parts = urlsplit(url)

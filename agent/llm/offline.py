@@ -5,13 +5,19 @@ cannot understand anything, but it keeps the product usable and testable end to 
 
 - a task with code to run (a fenced block, or the text after ``run:`` / ``execute:`` /
   ``执行：``) gets ``Action: tool:execute_code`` with the code;
+- small talk ("hello", "thanks", "你好": ``agent.knowledge.answers.is_small_talk``) gets the
+  no-model answer;
 - otherwise, when the run may use ``search_docs`` and the default collection holds documents,
   ``Action: tool:search_docs`` with the task as the query;
 - once an ``Observation:`` follows the task, it answers from it (the program's output, the
-  safety report; for search results an extractive answer quoting the best passages with
-  numbered citations and a ``Sources:`` list);
-- anything else gets a final answer saying that no model is configured and what still works,
-  in Chinese when the task is written in Chinese.
+  safety report; for search results an extractive answer quoting the passages that match
+  with numbered citations and a ``Sources:`` list, or, when none does, the no-model answer
+  saying that nothing matched);
+- anything else gets the no-model answer (``agent.knowledge.answers.no_model_answer``): that
+  no model is configured, what still works, how to add one.
+
+Answers are in Chinese when the task is written in Chinese. A reply is worked out in a worker
+thread: it may read the knowledge store (whether there are documents, which pages to link).
 """
 
 from __future__ import annotations
@@ -27,9 +33,16 @@ import structlog
 from asgiref.sync import sync_to_async
 from django.conf import settings
 
-from agent.knowledge.answers import extractive_answer
-from agent.llm.base import ChatMessage, LLMChunk, LLMResponse, Usage
-from agent.prompt import final_answer_prompt
+from agent.knowledge.answers import extractive_answer, is_small_talk, no_model_answer
+from agent.llm.base import (
+    ChatMessage,
+    LLMChunk,
+    LLMResponse,
+    ToolCallRequest,
+    ToolDefinition,
+)
+from agent.parser import parse_reply
+from agent.prompt import ToolSpec, final_answer_prompt, system_prompt, tools_final_answer_prompt
 
 logger = structlog.get_logger(__name__)
 
@@ -68,37 +81,89 @@ class OfflineProvider:
         return {"provider": "offline", "model": self.model}
 
     async def complete(
-        self, messages: Sequence[ChatMessage], *, stop: Sequence[str] | None = None
+        self,
+        messages: Sequence[ChatMessage],
+        *,
+        stop: Sequence[str] | None = None,
+        tools: Sequence[ToolDefinition] | None = None,
     ) -> LLMResponse:
-        """The reply (see the module docstring), cut at the first stop sequence."""
+        """The reply (see the module docstring), cut at the first stop sequence. With
+        ``tools`` (native tool calling) the same decisions come as ``tool_calls``."""
         started = time.monotonic()
+        if tools:
+            messages = _as_text_protocol(messages, tools)
         content = _cut_at_stop(await _reply(messages), stop)
+        calls: tuple[ToolCallRequest, ...] = ()
+        if tools:
+            content, calls = _as_tool_calls(content)
         return LLMResponse(
             content=content,
             model=self.model,
-            usage=Usage(
-                prompt_tokens=_tokens("".join(m["content"] for m in messages)),
-                completion_tokens=_tokens(content),
-            ),
-            finish_reason="stop",
+            finish_reason="tool_calls" if calls else "stop",
             latency_ms=int((time.monotonic() - started) * 1000),
+            tool_calls=calls,
         )
 
     async def stream(
-        self, messages: Sequence[ChatMessage], *, stop: Sequence[str] | None = None
+        self,
+        messages: Sequence[ChatMessage],
+        *,
+        stop: Sequence[str] | None = None,
+        tools: Sequence[ToolDefinition] | None = None,
     ) -> AsyncGenerator[LLMChunk, None]:
         """``complete()``'s content in word-sized deltas, then the response. Each piece gives
         the event loop a turn, so a cancelled consumer stops between pieces."""
-        response = await self.complete(messages, stop=stop)
+        response = await self.complete(messages, stop=stop, tools=tools)
+        calling = bool(response.tool_calls)
         for piece in _PIECES.findall(response.content):
             await asyncio.sleep(0)
-            yield LLMChunk(delta=piece)
-        yield LLMChunk(response=response)
+            yield LLMChunk(delta=piece, calling_tools=calling)
+        yield LLMChunk(response=response, calling_tools=calling)
+
+
+def _as_text_protocol(
+    messages: Sequence[ChatMessage], tools: Sequence[ToolDefinition]
+) -> list[ChatMessage]:
+    """A native tool calling conversation as the text protocol has it: the tools described
+    in the system message, tool results as ``Observation:`` messages."""
+    specs = [
+        ToolSpec(
+            name=str(tool["function"]["name"]),
+            description=str(tool["function"].get("description", "")),
+            parameters=tool["function"].get("parameters") or {},
+        )
+        for tool in tools
+    ]
+    converted: list[ChatMessage] = [{"role": "system", "content": system_prompt(specs)}]
+    for message in messages:
+        if message["role"] == "system":
+            continue
+        if message["content"] == tools_final_answer_prompt():
+            converted.append({"role": "user", "content": final_answer_prompt()})
+        elif message["role"] == "tool":
+            converted.append(
+                {"role": "user", "content": f"{OBSERVATION_PREFIX} {message['content']}"}
+            )
+        else:
+            converted.append({"role": message["role"], "content": message["content"]})
+    return converted
+
+
+def _as_tool_calls(reply: str) -> tuple[str, tuple[ToolCallRequest, ...]]:
+    """A text protocol reply as native tool calling's: (content, tool calls)."""
+    parsed = parse_reply(reply)
+    if parsed.action is None:
+        return parsed.final or "", ()
+    arguments = json.dumps(parsed.action.args, ensure_ascii=False)
+    return parsed.thought, (
+        ToolCallRequest(id="call_1", name=parsed.action.name, arguments=arguments),
+    )
 
 
 def reply_for(messages: Sequence[ChatMessage], *, documents: bool = False) -> str:
     """The offline model's reply to a conversation, in the ReAct text protocol. ``documents``
-    says whether ``search_docs`` may be called and has something to search."""
+    says whether ``search_docs`` may be called and has something to search. Reads the
+    knowledge store for the links of a final answer: call it off the event loop."""
     task, observation = _task_and_observation(messages)
     chinese = bool(_CJK.search(task))
     if observation is not None:
@@ -111,13 +176,14 @@ def reply_for(messages: Sequence[ChatMessage], *, documents: bool = False) -> st
             "Thought: I will run the code with execute_code.\n"
             f"Action: tool:execute_code\nargs: {args}"
         )
-    if documents and task.strip():
+    if documents and task.strip() and not is_small_talk(task):
         args = json.dumps({"query": " ".join(task.split())}, ensure_ascii=False)
         return (
             "Thought: I will look this up in the documentation with search_docs.\n"
             f"Action: tool:search_docs\nargs: {args}"
         )
-    return f"Thought: No language model is configured.\nAction: final: {_no_model(chinese)}"
+    answer = no_model_answer(chinese=chinese)
+    return f"Thought: No language model is configured.\nAction: final: {answer}"
 
 
 def extract_code(text: str) -> str | None:
@@ -172,20 +238,29 @@ def _task_and_observation(messages: Sequence[ChatMessage]) -> tuple[str, Any | N
 
 
 async def _reply(messages: Sequence[ChatMessage]) -> str:
+    """``reply_for`` in a worker thread (it may read the knowledge store)."""
+    return await sync_to_async(_reply_now, thread_sensitive=False)(messages)
+
+
+def _reply_now(messages: Sequence[ChatMessage]) -> str:
     """``reply_for``, with ``documents`` looked up only when the reply depends on them (a new
-    task without code, in a run that offers ``search_docs``)."""
+    task without code that is not small talk, in a run that offers ``search_docs``)."""
     task, observation = _task_and_observation(messages)
     offers_search = any(
         m["role"] == "system" and _SEARCH_TOOL_LINE.search(m["content"]) for m in messages
     )
     documents = False
-    if offers_search and observation is None and not extract_code(task) and task.strip():
+    if (
+        offers_search
+        and observation is None
+        and task.strip()
+        and not extract_code(task)
+        and not is_small_talk(task)
+    ):
         # Imported here: chromadb takes seconds to import, and most runs never get this far.
         from agent.knowledge.store import collection_has_chunks
 
-        documents = await sync_to_async(collection_has_chunks, thread_sensitive=False)(
-            settings.KNOWLEDGE_DEFAULT_COLLECTION
-        )
+        documents = collection_has_chunks(settings.KNOWLEDGE_DEFAULT_COLLECTION)
     return reply_for(messages, documents=documents)
 
 
@@ -204,10 +279,24 @@ def _answer_from(observation: Any, *, question: str, chinese: bool) -> tuple[str
         results = observation.get("results")
         if isinstance(results, list):
             message = observation.get("message")
-            if not results and isinstance(message, str) and message:
+            if not results and "collections" in observation and isinstance(message, str):
+                # An unknown collection: the message names those that exist.
                 return "The search found nothing.", message
+            if not results:
+                collection = observation.get("collection")
+                return "The search found nothing.", no_model_answer(
+                    chinese=chinese,
+                    nothing_matched=True,
+                    collection=collection if isinstance(collection, str) else None,
+                )
+            collection = observation.get("collection")
+            if isinstance(collection, str):
+                # The observation names its collection once; the quotes link into it.
+                results = [
+                    {"collection": collection, **r} if isinstance(r, dict) else r for r in results
+                ]
             return "I have the search results.", extractive_answer(
-                question=question, results=results, chinese=chinese
+                question=question, results=results, chinese=chinese, model_configured=False
             )
         error = observation.get("error")
         if error:
@@ -266,21 +355,6 @@ def _execution_answer(result: dict[str, Any], *, chinese: bool) -> str:
     return "\n\n".join(parts)
 
 
-def _no_model(chinese: bool) -> str:
-    if chinese:
-        return (
-            "尚未配置语言模型，所以我无法回答这个问题。请设置 LLM_BASE_URL（以及 LLM_MODEL，"
-            "需要时还有 LLM_API_KEY）指向一个兼容 OpenAI 的服务。在此之前我仍然可以运行代码："
-            "把 Python 代码放在 Markdown 代码块中，或写在“执行：”之后（也可以用 run: / execute:）。"
-        )
-    return (
-        "No language model is configured, so I cannot answer that. Set LLM_BASE_URL (plus "
-        "LLM_MODEL, and LLM_API_KEY if the endpoint needs one) to an OpenAI-compatible "
-        "endpoint. Until then I can still run code: put Python in a fenced code block, or after "
-        "`run:` / `execute:` / `执行：`."
-    )
-
-
 def _error_text(error: Any) -> str:
     if isinstance(error, dict):
         return str(error.get("message") or json.dumps(error, ensure_ascii=False))
@@ -302,10 +376,6 @@ def _clip(text: str, limit: int = MAX_QUOTE_CHARS) -> str:
 
 def _t(chinese: bool, zh: str, en: str) -> str:
     return zh if chinese else en
-
-
-def _tokens(text: str) -> int:
-    return max(1, len(text) // 4)
 
 
 def _cut_at_stop(content: str, stop: Sequence[str] | None) -> str:

@@ -10,10 +10,12 @@ enforced on our side as well, since some servers ignore ``stop``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 import weakref
 from collections.abc import AsyncGenerator, Sequence
+from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,13 +23,24 @@ import openai
 import structlog
 
 from agent.exceptions import LLMUnavailable
-from agent.llm.base import ChatMessage, LLMChunk, LLMResponse, Usage
+from agent.llm.base import (
+    ChatMessage,
+    LLMChunk,
+    LLMResponse,
+    ToolCallRequest,
+    ToolDefinition,
+    Usage,
+)
 from agent.llm.endpoint import OpenAIEndpoint, ms_since
 
 logger = structlog.get_logger(__name__)
 
 #: The OpenAI API rejects more stop sequences than this; the rest are enforced client-side only.
 MAX_SERVER_STOPS = 4
+#: Text a stream has passed on is followed, this long after, by a flush chunk (``LLMChunk``)
+#: unless the stream ended first: what its consumer holds goes out at most this late, however
+#: slowly the next token comes, and a steady stream is flushed this often, not once per token.
+FLUSH_S = 0.05
 
 
 class OpenAIProvider(OpenAIEndpoint):
@@ -79,7 +92,11 @@ class OpenAIProvider(OpenAIEndpoint):
         return {"provider": "openai", "model": self.model, "base_url": self._display_url}
 
     async def complete(
-        self, messages: Sequence[ChatMessage], *, stop: Sequence[str] | None = None
+        self,
+        messages: Sequence[ChatMessage],
+        *,
+        stop: Sequence[str] | None = None,
+        tools: Sequence[ToolDefinition] | None = None,
     ) -> LLMResponse:
         """One non-streamed chat completion, its content cut at the first stop sequence.
 
@@ -91,7 +108,7 @@ class OpenAIProvider(OpenAIEndpoint):
         stops = _stops(stop)
         try:
             raw = await self._client().chat.completions.with_raw_response.create(
-                **self._params(messages, stops), stream=False
+                **self._params(messages, stops, tools), stream=False
             )
             completion = raw.parse()
         except asyncio.CancelledError:
@@ -106,6 +123,14 @@ class OpenAIProvider(OpenAIEndpoint):
             finish_reason = choice.finish_reason
             usage = _usage(completion.usage)
             model = completion.model or self.model
+            calls = tuple(
+                ToolCallRequest(
+                    id=call.id or f"call_{index}",
+                    name=call.function.name or "",
+                    arguments=call.function.arguments or "",
+                )
+                for index, call in enumerate(choice.message.tool_calls or (), start=1)
+            )
         except (AttributeError, IndexError, TypeError) as exc:
             raise self._logged(
                 LLMUnavailable(
@@ -122,21 +147,30 @@ class OpenAIProvider(OpenAIEndpoint):
             usage=usage,
             finish_reason="stop" if cut else finish_reason,
             latency_ms=ms_since(started),
+            tool_calls=calls,
         )
         self._log_finished(response, attempts, stream=False)
         return response
 
     async def stream(
-        self, messages: Sequence[ChatMessage], *, stop: Sequence[str] | None = None
+        self,
+        messages: Sequence[ChatMessage],
+        *,
+        stop: Sequence[str] | None = None,
+        tools: Sequence[ToolDefinition] | None = None,
     ) -> AsyncGenerator[LLMChunk, None]:
         """Content deltas in order, then one chunk with the whole ``LLMResponse``.
 
         Text that might be the start of a stop sequence is held back until it is not; at a stop
-        sequence the stream ends. The HTTP response is closed before the last chunk is yielded
-        (consumers often stop iterating there without closing the generator), and when the
-        awaiting task is cancelled while waiting for the next piece. Only the opening of the
-        stream is retried; a failure after that raises ``LLMUnavailable`` / ``LLMTimeout``.
-        Close the generator (``contextlib.aclosing``) when leaving it early.
+        sequence the stream ends. When text has arrived and the server then sends nothing for
+        ``FLUSH_S`` after text was passed on, a flush chunk is yielded (then not again before
+        more text). Native tool calls are gathered
+        from their pieces; from the first of them every chunk says ``calling_tools``. The HTTP
+        response is closed before the last chunk is yielded (consumers often stop iterating
+        there without closing the generator), and when the awaiting task is cancelled while
+        waiting for the next piece. Only the opening of the stream is retried; a failure after
+        that raises ``LLMUnavailable`` / ``LLMTimeout``. Close the generator
+        (``contextlib.aclosing``) when leaving it early.
         """
         started = time.monotonic()
         stops = _stops(stop)
@@ -144,14 +178,25 @@ class OpenAIProvider(OpenAIEndpoint):
         cutter = _StopCutter(stops)
         stopped = False
         try:
-            async with await self._open_stream(messages, stops, state) as sdk_stream:
-                async for chunk in sdk_stream:
+            pauses = _Flushes(FLUSH_S)
+            async with (
+                await self._open_stream(messages, stops, tools, state) as sdk_stream,
+                aclosing(pauses.over(sdk_stream)) as chunks,
+            ):
+                async for chunk in chunks:
+                    if chunk is None:
+                        yield LLMChunk(calling_tools=state.calling_tools)
+                        continue
                     delta = _absorb(chunk, state)
+                    if state.calling_tools and not state.announced:
+                        state.announced = True
+                        yield LLMChunk(calling_tools=True)
                     if not delta:
                         continue
                     text, stopped = cutter.feed(delta)
                     if text:
-                        yield LLMChunk(delta=text)
+                        pauses.text_passed()
+                        yield LLMChunk(delta=text, calling_tools=state.calling_tools)
                     if stopped:
                         break
         except asyncio.CancelledError:
@@ -179,16 +224,17 @@ class OpenAIProvider(OpenAIEndpoint):
                 )
             rest = cutter.flush()
             if rest:
-                yield LLMChunk(delta=rest)
+                yield LLMChunk(delta=rest, calling_tools=state.calling_tools)
         response = LLMResponse(
             content=cutter.text,
             model=state.model or self.model,
             usage=state.usage,
             finish_reason="stop" if stopped else state.finish_reason,
             latency_ms=ms_since(started),
+            tool_calls=state.tool_calls(),
         )
         self._log_finished(response, state.attempts, stream=True)
-        yield LLMChunk(response=response)
+        yield LLMChunk(response=response, calling_tools=state.calling_tools)
 
     # -- requests ---------------------------------------------------------------------------
 
@@ -206,23 +252,34 @@ class OpenAIProvider(OpenAIEndpoint):
                 self._clients[loop] = client
             return client
 
-    def _params(self, messages: Sequence[ChatMessage], stops: list[str]) -> dict[str, Any]:
+    def _params(
+        self,
+        messages: Sequence[ChatMessage],
+        stops: list[str],
+        tools: Sequence[ToolDefinition] | None,
+    ) -> dict[str, Any]:
         params: dict[str, Any] = {
             "model": self.model,
-            "messages": [{"role": m["role"], "content": m["content"]} for m in messages],
+            "messages": [_message(m) for m in messages],
             "temperature": self.temperature,
             "max_tokens": self.max_tokens,
         }
         if stops:
             params["stop"] = stops[:MAX_SERVER_STOPS]
+        if tools:
+            params["tools"] = list(tools)
         return params
 
     async def _open_stream(
-        self, messages: Sequence[ChatMessage], stops: list[str], state: _StreamState
+        self,
+        messages: Sequence[ChatMessage],
+        stops: list[str],
+        tools: Sequence[ToolDefinition] | None,
+        state: _StreamState,
     ) -> openai.AsyncStream[Any]:
         """The SDK's stream, opened with its retries; ``state.attempts`` says how many
         requests it took."""
-        params = {**self._params(messages, stops), "stream": True}
+        params = {**self._params(messages, stops, tools), "stream": True}
         asked_usage = self._stream_usage_supported
         if asked_usage:
             try:
@@ -254,9 +311,10 @@ class OpenAIProvider(OpenAIEndpoint):
             "llm_call_finished",
             model=response.model,
             latency_ms=response.latency_ms,
-            prompt_tokens=response.usage.prompt_tokens,
-            completion_tokens=response.usage.completion_tokens,
+            prompt_tokens=response.usage.prompt_tokens if response.usage else None,
+            completion_tokens=response.usage.completion_tokens if response.usage else None,
             finish_reason=response.finish_reason,
+            tool_calls=len(response.tool_calls),
             attempt=attempts,
             stream=stream,
         )
@@ -269,7 +327,17 @@ class _StreamState:
     attempts: int = 1
     model: str | None = None
     finish_reason: str | None = None
-    usage: Usage = field(default_factory=Usage)
+    usage: Usage | None = None
+    #: Native tool calls as their pieces arrive, by index: [id, name, arguments].
+    calls: dict[int, list[str]] = field(default_factory=dict)
+    calling_tools: bool = False
+    announced: bool = False
+
+    def tool_calls(self) -> tuple[ToolCallRequest, ...]:
+        return tuple(
+            ToolCallRequest(id=call_id or f"call_{index + 1}", name=name, arguments=arguments)
+            for index, (call_id, name, arguments) in sorted(self.calls.items())
+        )
 
 
 class _StopCutter:
@@ -323,7 +391,8 @@ def _cut_at_stop(content: str, stops: Sequence[str]) -> tuple[str, bool]:
 
 
 def _absorb(chunk: Any, state: _StreamState) -> str:
-    """Note a stream chunk's model, usage and finish reason; return its content delta."""
+    """Note a stream chunk's model, usage, finish reason and tool call pieces; return its
+    content delta."""
     if chunk.model:
         state.model = chunk.model
     if chunk.usage is not None:
@@ -334,12 +403,76 @@ def _absorb(chunk: Any, state: _StreamState) -> str:
     if choice.finish_reason:
         state.finish_reason = choice.finish_reason
     delta = choice.delta
-    return (delta.content or "") if delta is not None else ""
+    if delta is None:
+        return ""
+    for piece in delta.tool_calls or ():
+        state.calling_tools = True
+        call = state.calls.setdefault(int(piece.index or 0), ["", "", ""])
+        if piece.id:
+            call[0] = piece.id
+        function = piece.function
+        if function is not None:
+            # OpenAI sends the name once; llama.cpp's server repeats it in every piece.
+            if function.name and function.name != call[1]:
+                call[1] += function.name
+            call[2] += function.arguments or ""
+    return delta.content or ""
 
 
-def _usage(usage: Any) -> Usage:
+class _Flushes:
+    """Reads a stream's chunks, giving None when ``flush_s`` has passed since the consumer
+    first passed text on after the last None (``text_passed``): a flush is due. The read of
+    the next chunk goes on across flushes; it is cancelled (and awaited) when the consumer
+    stops or is cancelled."""
+
+    def __init__(self, flush_s: float) -> None:
+        self.flush_s = flush_s
+        self._due: float | None = None
+
+    def text_passed(self) -> None:
+        if self._due is None:
+            self._due = time.monotonic() + self.flush_s
+
+    async def over(self, source: openai.AsyncStream[Any]) -> AsyncGenerator[Any | None, None]:
+        iterator = source.__aiter__()
+        pending: asyncio.Future[Any] | None = None
+        try:
+            while True:
+                if pending is None:
+                    pending = asyncio.ensure_future(anext(iterator, _END))
+                timeout = None if self._due is None else max(0.0, self._due - time.monotonic())
+                done, _ = await asyncio.wait({pending}, timeout=timeout)
+                if not done:
+                    self._due = None
+                    yield None
+                    continue
+                chunk, pending = pending.result(), None
+                if chunk is _END:
+                    return
+                yield chunk
+        finally:
+            if pending is not None and not pending.done():
+                pending.cancel()
+                with contextlib.suppress(BaseException):
+                    await pending
+
+
+_END = object()
+
+
+def _message(message: ChatMessage) -> dict[str, Any]:
+    """``message`` as the API takes it (only the keys it has)."""
+    sent: dict[str, Any] = {"role": message["role"], "content": message["content"]}
+    if message.get("tool_calls"):
+        sent["tool_calls"] = message["tool_calls"]
+    if "tool_call_id" in message:
+        sent["tool_call_id"] = message["tool_call_id"]
+    return sent
+
+
+def _usage(usage: Any) -> Usage | None:
     if usage is None:
-        return Usage()
+        return None
     return Usage(
         prompt_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
         completion_tokens=int(getattr(usage, "completion_tokens", 0) or 0),

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
+
 from agent.exceptions import ToolFailed
 from agent.tools.registry import Tool, ToolContext
 from sandbox.exceptions import SandboxBusy, SandboxUnavailable
@@ -20,14 +22,28 @@ DEFAULT_TIMEOUT_S = 10
 MAX_TIMEOUT_S = 60
 MAX_CODE_CHARS = 100 * 1024
 
-DESCRIPTION = (
-    "Run a Python 3 script in an isolated sandbox and return its stdout, stderr and exit "
-    "code; print what you want to see. Each call starts fresh (nothing is kept between "
-    "calls), with no network, no subprocesses and a read-only filesystem except /tmp. The "
-    "interpreter has Python 3's standard library; third-party packages may be missing (if "
-    "an import fails, do without it). A safety check runs first and may block the code with "
-    "a reason: rewrite the code to avoid what it names."
-)
+_STATE = {
+    "run": "Calls of one request share one Python interpreter, as a notebook's cells do: "
+    "variables, imports and files in /tmp persist from one call to the next (the result says "
+    "when the interpreter was restarted and earlier state is gone).",
+    "call": "Each call starts fresh: nothing is kept between calls.",
+}
+
+
+def description() -> str:
+    """What the model reads about the tool, for the configured ``SANDBOX_STATE``."""
+    return (
+        "Run Python 3 code in an isolated sandbox and return its stdout, stderr and exit "
+        f"code; print what you want to see. {_STATE.get(settings.SANDBOX_STATE, _STATE['call'])} "
+        "There is no network, no subprocesses and a read-only filesystem except /tmp. numpy, "
+        "pandas and matplotlib are installed (other third-party packages may be missing: if an "
+        "import fails, do without it). Figures you draw with matplotlib (shown with plt.show() "
+        "or left open) and files you write under /tmp/outputs/ are shown to the user; the "
+        "result lists them. Files the user attached are in /tmp/inputs/ (read-only). A safety "
+        "check runs first and may block the code with a reason: rewrite the code to avoid what "
+        "it names."
+    )
+
 
 PARAMETERS: dict[str, Any] = {
     "type": "object",
@@ -52,9 +68,13 @@ PARAMETERS: dict[str, Any] = {
 
 
 async def execute_code(args: dict[str, Any], context: ToolContext) -> dict[str, Any]:
-    """Scan, then run ``args["code"]``; returns the observation (see ``docs/tools.md``).
+    """Scan, then run ``args["code"]`` in the run's sandbox (``context.sandbox``; a fresh
+    container without one); returns the result (see ``docs/tools.md``): the program's output
+    and exit, the files it wrote (``artifacts``: records of the files stored for the run's
+    trace), the outputs left out and why, and a note when the interpreter's state was lost.
 
-    Blocked code returns ``{"blocked": True, "safety", "findings"}`` without running.
+    Blocked code returns ``{"blocked": True, "safety", "findings"}`` without running. What
+    the program prints goes to ``context.on_output`` while it runs, when one is given.
     Cancelling the awaiting task stops the container (``run_scanned`` sets the sandbox
     thread's cancel event) and raises ``asyncio.CancelledError``. Raises
     ``SandboxCodeTooLarge`` and ``ToolFailed`` (sandbox unavailable, or ``context.user``
@@ -63,7 +83,14 @@ async def execute_code(args: dict[str, Any], context: ToolContext) -> dict[str, 
     timeout_s = float(args.get("timeout_s", DEFAULT_TIMEOUT_S))
     code_size_check(code)
     try:
-        report, result = await run_scanned(user=context.user, code=code, timeout_s=timeout_s)
+        if context.sandbox is not None:
+            ran = await context.sandbox.execute(
+                user=context.user, code=code, timeout_s=timeout_s, on_output=context.on_output
+            )
+        else:
+            ran = await run_scanned(
+                user=context.user, code=code, timeout_s=timeout_s, on_output=context.on_output
+            )
     except SandboxBusy as exc:
         raise ToolFailed(
             f"code execution is busy: {exc.message} Answer without running code, or call "
@@ -76,6 +103,7 @@ async def execute_code(args: dict[str, Any], context: ToolContext) -> dict[str, 
             "again later.",
             details={"tool": TOOL.name, "error": "SandboxUnavailable", "hint": exc.hint},
         ) from exc
+    report, result = ran.report, ran.result
     if result is None:
         return {
             "blocked": True,
@@ -94,14 +122,56 @@ async def execute_code(args: dict[str, Any], context: ToolContext) -> dict[str, 
         "truncated": result.truncated,
         "duration_ms": result.duration_ms,
     }
+    if ran.artifacts:
+        observation["artifacts"] = [artifact.as_dict() for artifact in ran.artifacts]
+    if result.skipped_files or result.skipped_more:
+        observation["skipped_files"] = [
+            {"name": f.name, "reason": f.reason} for f in result.skipped_files
+        ]
+        if result.skipped_more:
+            observation["skipped_more"] = result.skipped_more
+    if result.state_lost:
+        observation["state_lost"] = True
+        observation["state"] = STATE_LOST
+    elif result.state_restarted:
+        observation["state_restarted"] = True
+        observation["state"] = STATE_RESTARTED
     if report.warnings:
         observation["safety"] = report.text
     return observation
 
 
+#: The notes the model reads when the interpreter of its run was lost.
+STATE_LOST = (
+    "The interpreter stopped during this call (it timed out, crashed or was stopped): the "
+    "variables, imports and files of earlier calls are gone. The next call starts in a fresh "
+    "interpreter: load or compute again what it needs."
+)
+STATE_RESTARTED = (
+    "This call ran in a fresh interpreter (the previous one was lost): variables, imports "
+    "and files of earlier calls were gone; /tmp/inputs is there again."
+)
+#: What the model reads of an output file's record.
+_SHOWN_KEYS = ("name", "media_type", "size", "width", "height")
+
+
+def observe(result: Any) -> Any:
+    """What the model reads of a result: the files listed by name, type, size and image
+    dimensions only (never their bytes, ids or hashes)."""
+    if not isinstance(result, dict) or not isinstance(result.get("artifacts"), list):
+        return result
+    files = [
+        {key: record[key] for key in _SHOWN_KEYS if key in record}
+        for record in result["artifacts"]
+        if isinstance(record, dict)
+    ]
+    return {**result, "artifacts": files}
+
+
 TOOL = Tool(
     name="execute_code",
-    description=DESCRIPTION,
+    description=description(),
     parameters=PARAMETERS,
     handler=execute_code,
+    observe=observe,
 )

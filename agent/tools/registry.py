@@ -23,7 +23,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import structlog
 from asgiref.sync import sync_to_async
@@ -42,6 +42,9 @@ from agent.exceptions import (
 )
 from devassist.exceptions import DomainError
 
+if TYPE_CHECKING:
+    from sandbox.services import CodeSession
+
 logger = structlog.get_logger(__name__)
 
 #: Modules that each define one builtin tool as a module-level ``TOOL``.
@@ -54,6 +57,8 @@ _REASON_MAX_CHARS = 300
 _IDENTIFIER_RE = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 
 ToolHandler = Callable[[dict[str, Any], "ToolContext"], Any | Awaitable[Any]]
+#: Receives what a running tool prints: ``(stream, text)``, ``stream`` ``stdout`` or ``stderr``.
+OutputCallback = Callable[[str, str], Awaitable[None]]
 
 
 # --- values -------------------------------------------------------------------------------
@@ -68,6 +73,16 @@ class ToolContext:
 
     user: Any
     run_id: uuid.UUID | None = None
+    #: The knowledge collection the run works with (``search_docs``'s default), None for
+    #: ``settings.KNOWLEDGE_DEFAULT_COLLECTION``.
+    collection: str | None = None
+    #: Awaited with what the tool prints while it runs (``execute_code``: the program's
+    #: output, bounded in rate and size by the sandbox), in order, before the tool returns.
+    on_output: OutputCallback | None = None
+    #: The run's sandbox (``execute_code`` runs in it: one interpreter for the run's calls
+    #: with ``SANDBOX_STATE=run``, its input files, its trace for the files code writes);
+    #: None: each call in a fresh container, nothing stored.
+    sandbox: CodeSession | None = None
 
 
 @dataclass(frozen=True)
@@ -82,6 +97,9 @@ class Tool:
     parameters: dict[str, Any]
     handler: ToolHandler
     result_schema: dict[str, Any] | None = None
+    #: What the model reads of a result (``execute_code`` leaves out its files' ids and
+    #: hashes); None: the result itself. The whole result is what the trace records.
+    observe: Callable[[Any], Any] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not TOOL_NAME_RE.fullmatch(self.name):
@@ -247,6 +265,13 @@ class ToolRegistry:
                 ok=error_code is None,
                 error=error_code,
             )
+
+    def observed(self, name: str, result: Any) -> Any:
+        """What the model reads of the tool ``name``'s ``result`` (``Tool.observe``)."""
+        entry = self._entries.get(name)
+        if entry is None or entry.tool.observe is None:
+            return result
+        return entry.tool.observe(result)
 
     def specs(self) -> list[dict[str, Any]]:
         """``[{name, description, parameters}]`` sorted by name, for the system prompt."""

@@ -2,10 +2,11 @@
 embeddings backend) and return the best chunks.
 
 Arguments ``{query, top_k (1-20, default 5), collection_name?}``; the result is
-``{"results": [{id, source, chunk_index, title, content, vector_distance, bm25_score,
-score}]}`` best first (see ``agent.knowledge.search``). What the model should reason about is
-data in the result, with ``results`` empty and a ``message``: an empty query, an unknown
-collection (``collections`` lists those that exist), nothing found.
+``{"results": [{id, source, chunk_index, title, content, vector_distance, bm25_score, score}],
+"collection": name}``, best first (see ``agent.knowledge.search``; ``content`` keeps the
+chunk's Markdown). What the model should reason about is data in the result, with
+``results`` empty and a ``message``: an empty query, an unknown collection (``collections``
+lists those that exist), nothing found.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ PARAMETERS: dict[str, Any] = {
         },
         "collection_name": {
             "type": "string",
-            "description": "The collection to search (default: the project's documentation).",
+            "description": "The collection to search (default: the one this conversation uses).",
         },
     },
     "required": ["query"],
@@ -77,7 +78,10 @@ _RESULT_ITEM: dict[str, Any] = {
 
 RESULT_SCHEMA: dict[str, Any] = {
     "type": "object",
-    "properties": {"results": {"type": "array", "items": _RESULT_ITEM}},
+    "properties": {
+        "results": {"type": "array", "items": _RESULT_ITEM},
+        "collection": {"type": "string"},
+    },
     "required": ["results"],
 }
 
@@ -93,7 +97,9 @@ def search_docs(args: dict[str, Any], context: ToolContext) -> dict[str, Any]:
 
     query = " ".join(str(args["query"]).split())
     top_k = int(args.get("top_k", DEFAULT_TOP_K))
-    collection = str(args.get("collection_name") or settings.KNOWLEDGE_DEFAULT_COLLECTION)
+    collection = str(
+        args.get("collection_name") or context.collection or settings.KNOWLEDGE_DEFAULT_COLLECTION
+    )
     if not query:
         return {
             "results": [],
@@ -114,7 +120,9 @@ def search_docs(args: dict[str, Any], context: ToolContext) -> dict[str, Any]:
             "message": f"{problem} Existing collections: {listed}.",
             "collections": names,
         }
-    observation: dict[str, Any] = {"results": [r.as_dict() for r in results]}
+    # The collection is named once, for the whole observation.
+    found = [{k: v for k, v in r.as_dict().items() if k != "collection"} for r in results]
+    observation: dict[str, Any] = {"results": found, "collection": collection}
     if not results:
         observation["message"] = f"Nothing in {collection!r} matches {query!r}."
     return observation

@@ -3,7 +3,9 @@
 // script keeps the reader's place across those reloads and does what needs the data: filters
 // and search, the timeline's range selection, entries expanded into JSON trees, copying JSON,
 // and opening Langfuse links. The data is read from the panel's json_script element and reaches
-// the page only through textContent, never as HTML.
+// the page only through textContent, never as HTML. Its words are translated by the JavaScript
+// catalogue (gettext() and friends, loaded by base.html); the words the server put on a row
+// (its outcome and status, in data- attributes) are shown as they are.
 (function () {
   "use strict";
 
@@ -47,7 +49,18 @@
   }
 
   function seconds(value) {
-    return value.toFixed(value < 10 ? 1 : 0) + " s";
+    return value.toFixed(value < 10 ? 1 : 0).replace(".", get_format("DECIMAL_SEPARATOR")) + " s";
+  }
+
+  // A stored time (ISO 8601) in the page's language, to the millisecond, in UTC as stored.
+  function when(iso) {
+    const date = new Date(iso);
+    if (isNaN(date)) return iso;
+    return date.toLocaleString(document.documentElement.lang || undefined, {
+      year: "numeric", month: "short", day: "numeric",
+      hour: "2-digit", minute: "2-digit", second: "2-digit", fractionalSecondDigits: 3,
+      hourCycle: "h23", timeZone: "UTC", timeZoneName: "short",
+    });
   }
 
   // --- the entry in the chat header -------------------------------------------------------
@@ -62,8 +75,8 @@
     const id = app.dataset.conversationId;
     button.disabled = !id;
     button.title = id
-      ? "What the agent did in this conversation, message by message"
-      : "The panel shows a conversation: send a message first";
+      ? gettext("What the agent did in this conversation, message by message")
+      : gettext("The panel shows a conversation: send a message first");
     button.setAttribute("aria-expanded", panel() ? "true" : "false");
   }
 
@@ -226,9 +239,15 @@
       selection.style.left = (state.range[0] / totalS) * 100 + "%";
       selection.style.width = ((state.range[1] - state.range[0]) / totalS) * 100 + "%";
       rangeLine.hidden = false;
-      rangeLine.querySelector(".dbg-range-text").textContent =
-        "Showing " + shown + " of " + total + " entries in " + seconds(state.range[0]) + " – " +
-        seconds(state.range[1]) + " of the timeline.";
+      rangeLine.querySelector(".dbg-range-text").textContent = interpolate(
+        ngettext(
+          "Showing %(shown)s of %(total)s entry in %(from)s – %(to)s of the timeline.",
+          "Showing %(shown)s of %(total)s entries in %(from)s – %(to)s of the timeline.",
+          total,
+        ),
+        { shown: shown, total: total, from: seconds(state.range[0]), to: seconds(state.range[1]) },
+        true,
+      );
     } else {
       selection.hidden = true;
       rangeLine.hidden = true;
@@ -350,30 +369,40 @@
     state.expanded.add(key);
     if (!detail.firstChild) {
       const entry = entries.get(key) || {};
-      detail.append(facts(entry), jsonTree(entry.raw));
+      detail.append(facts(entry, row.dataset), jsonTree(entry.raw));
     }
   }
 
-  function facts(entry) {
+  // ``shown``: the row's data- attributes, with its outcome and status as the page words them.
+  function facts(entry, shown) {
     const list = el("dl", "dbg-facts");
+    const counts = {
+      prompt_tokens: pgettext("tokens", "prompt"),
+      completion_tokens: pgettext("tokens", "completion"),
+      total_tokens: pgettext("tokens", "total"),
+    };
     const usage = entry.usage
       ? Object.keys(entry.usage)
           .map(function (name) {
-            return name.replace(/_tokens$/, "") + " " + entry.usage[name];
+            return (counts[name] || name.replace(/_tokens$/, "")) + " " + entry.usage[name];
           })
           .join(" · ")
       : "";
     const rows = [
-      ["id", entry.id],
-      ["status", entry.status],
-      ["model", entry.model],
-      ["tokens", usage],
-      ["created", entry.created_at],
-      ["started", entry.started_at],
-      ["finished", entry.finished_at],
-      ["duration", entry.duration_ms == null ? "" : entry.duration_ms + " ms"],
-      ["sequence", entry.sequence == null ? "" : String(entry.sequence)],
-      ["times", entry.timed === false ? "none stored: spans its run on the timeline" : ""],
+      [pgettext("debug fact", "id"), entry.id],
+      [pgettext("debug fact", "status"), shown.status || entry.status],
+      [pgettext("debug fact", "outcome"), entry.outcome ? shown.outcome || entry.outcome.summary : ""],
+      [pgettext("debug fact", "model"), entry.model],
+      [pgettext("debug fact", "tokens"), usage],
+      [pgettext("debug fact", "created"), entry.created_at ? when(entry.created_at) : ""],
+      [pgettext("debug fact", "started"), entry.started_at ? when(entry.started_at) : ""],
+      [pgettext("debug fact", "finished"), entry.finished_at ? when(entry.finished_at) : ""],
+      [pgettext("debug fact", "duration"), entry.duration_ms == null ? "" : entry.duration_ms + " ms"],
+      [pgettext("debug fact", "sequence"), entry.sequence == null ? "" : String(entry.sequence)],
+      [
+        pgettext("debug fact", "times"),
+        entry.timed === false ? gettext("none stored: spans its run on the timeline") : "",
+      ],
     ];
     for (const [name, value] of rows) {
       if (!value) continue;
@@ -416,7 +445,17 @@
     if (key !== null) summary.append(label(key), ": ");
     summary.append(
       el("span", "jt-punct", isArray ? "[" : "{"),
-      el("span", "jt-hint", keys.length + (isArray ? " item" : " key") + (keys.length === 1 ? "" : "s")),
+      el(
+        "span",
+        "jt-hint",
+        interpolate(
+          isArray
+            ? ngettext("%(count)s item", "%(count)s items", keys.length)
+            : ngettext("%(count)s key", "%(count)s keys", keys.length),
+          { count: keys.length },
+          true,
+        ),
+      ),
       el("span", "jt-punct", isArray ? "]" : "}"),
     );
     node.append(summary);
@@ -452,19 +491,20 @@
 
   // The Clipboard API where the page may use it (HTTPS or localhost); otherwise, or when it
   // fails, a hidden textarea and execCommand("copy"); when that fails too, a dialog with the
-  // text selected for the reader to copy.
+  // text selected for the reader to copy. ``what`` names the value ("the entry"), translated.
   async function copyJson(root, value, what) {
     const text = JSON.stringify(value, null, 2);
+    const copied = interpolate(gettext("Copied %(what)s as JSON."), { what: what }, true);
     if (navigator.clipboard && window.isSecureContext) {
       try {
         await navigator.clipboard.writeText(text);
-        say(root, "Copied " + what + " as JSON.");
+        say(root, copied);
         return;
       } catch (e) {
         /* not allowed here: the fallback below */
       }
     }
-    if (copyWithTextarea(text)) say(root, "Copied " + what + " as JSON.");
+    if (copyWithTextarea(text)) say(root, copied);
     else showCopyDialog(text, what);
   }
 
@@ -488,13 +528,21 @@
 
   function showCopyDialog(text, what) {
     const dialog = el("dialog", "dbg-copy-dialog");
-    dialog.setAttribute("aria-label", "Copy " + what);
-    const heading = el("p", "", "This browser does not let the page copy: press Ctrl+C (⌘C) to copy " + what + ".");
+    dialog.setAttribute("aria-label", interpolate(gettext("Copy %(what)s"), { what: what }, true));
+    const heading = el(
+      "p",
+      "",
+      interpolate(
+        gettext("This browser does not let the page copy: press Ctrl+C (⌘C) to copy %(what)s."),
+        { what: what },
+        true,
+      ),
+    );
     const area = el("textarea", "");
     area.value = text;
     area.readOnly = true;
     area.rows = 16;
-    const close = el("button", "secondary", "Close");
+    const close = el("button", "secondary", gettext("Close"));
     close.type = "button";
     close.addEventListener("click", function () {
       dialog.close();
@@ -527,11 +575,11 @@
     const line = group.querySelector(".dbg-note");
     line.replaceChildren(text);
     if (link) {
-      const anchor = el("a", "", "open the trace");
+      const anchor = el("a", "", gettext("open the trace"));
       anchor.href = link;
       anchor.target = "_blank";
       anchor.rel = "noopener noreferrer";
-      line.append(" ", anchor, ".");
+      line.append(" ", anchor, pgettext("end of a sentence", "."));
     }
     line.hidden = false;
   }
@@ -548,7 +596,7 @@
   async function openLangfuse(button) {
     const group = button.closest(".dbg-group").dataset.groupKey;
     button.disabled = true;
-    note(group, "Looking up the Langfuse trace…");
+    note(group, gettext("Looking up the Langfuse trace…"));
     let response;
     let body = null;
     try {
@@ -557,39 +605,49 @@
         return null;
       });
     } catch (e) {
-      note(group, "The server cannot be reached.");
+      note(group, gettext("The server cannot be reached."));
       return;
     } finally {
       button.disabled = false;
     }
     if (!response.ok || !body) {
       const message = body && body.error ? body.error.message : response.statusText;
-      note(group, "No Langfuse link: " + message + " (" + response.status + ").");
+      note(
+        group,
+        interpolate(
+          gettext("No Langfuse link: %(message)s (%(status)s)."),
+          { message: message, status: response.status },
+          true,
+        ),
+      );
       return;
     }
     if (!body.available) {
       note(
         group,
         body.reason === "trace_not_available"
-          ? "There is no Langfuse trace for this run: runs are exported when they end, " +
-            "while Langfuse is configured."
-          : "Langfuse is unavailable: it is not configured, or its address is not valid.",
+          ? gettext("There is no Langfuse trace for this run: runs are exported when they end, while Langfuse is configured.")
+          : gettext("Langfuse is unavailable: it is not configured, or its address is not valid."),
       );
       return;
     }
     // The server checked the URL; it is checked again here before it is opened.
     const url = webUrl(body.url);
     if (!url) {
-      note(group, "Refused to open a Langfuse link that is not http or https.");
+      note(group, gettext("Refused to open a Langfuse link that is not http or https."));
       return;
     }
     // Browsers allow a pop-up only shortly after a click; past that it would be blocked.
     if (navigator.userActivation && !navigator.userActivation.isActive) {
-      note(group, "The browser blocked the pop-up:", url.href);
+      note(group, gettext("The browser blocked the pop-up:"), url.href);
       return;
     }
     window.open(url.href, "_blank", "noopener,noreferrer");
-    note(group, "Opened the Langfuse trace in a new tab. If the browser blocked the pop-up,", url.href);
+    note(
+      group,
+      gettext("Opened the Langfuse trace in a new tab. If the browser blocked the pop-up,"),
+      url.href,
+    );
   }
 
   // --- the panel's buttons ----------------------------------------------------------------
@@ -611,11 +669,11 @@
     } else if (button.classList.contains("dbg-expand")) {
       toggleRow(row);
     } else if (button.classList.contains("dbg-copy-entry")) {
-      copyJson(root, entries.get(row.dataset.key), "the entry");
+      copyJson(root, entries.get(row.dataset.key), gettext("the entry"));
     } else if (button.classList.contains("dbg-copy-group")) {
-      copyJson(root, groups.get(group.dataset.groupKey), "the run");
+      copyJson(root, groups.get(group.dataset.groupKey), gettext("the run"));
     } else if (button.classList.contains("dbg-copy-all")) {
-      copyJson(root, data, "the whole conversation");
+      copyJson(root, data, gettext("the whole conversation"));
     } else if (button.classList.contains("dbg-langfuse")) {
       openLangfuse(button);
     } else if (button.classList.contains("dbg-range-reset")) {

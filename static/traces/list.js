@@ -19,7 +19,10 @@
         for (const name of ["total_steps", "error_count", "total_tokens", "total_cost"]) {
           const cell = current.querySelector('[data-total="' + name + '"]');
           if (cell && name in totals) {
-            cell.textContent = name === "total_cost" ? Number(totals[name]).toFixed(4) : totals[name];
+            // The cost as floatformat:4 shows it in the page's language.
+            cell.textContent = name === "total_cost"
+              ? Number(totals[name]).toFixed(4).replace(".", get_format("DECIMAL_SEPARATOR"))
+              : totals[name];
           }
         }
       }

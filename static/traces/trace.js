@@ -1,5 +1,6 @@
 // The trace page: lazy tree expansion, selection and the detail pane, keyboard navigation,
-// jumps to steps anywhere in the tree, and live updates over /api/traces/{id}/watch.
+// jumps to steps anywhere in the tree, and live updates over /api/traces/{id}/watch. Its words
+// are translated by the JavaScript catalogue (gettext() and friends, loaded by base.html).
 (function () {
   "use strict";
   const view = document.getElementById("trace-view");
@@ -75,7 +76,7 @@
       .then((r) => r.json())
       .then((body) => {
         if (body.step_id) jumpTo(body.step_id);
-        else flash(kind === "error" ? "No errors in this trace." : "No slow steps in this trace.");
+        else flash(kind === "error" ? gettext("No errors in this trace.") : gettext("No slow steps in this trace."));
       });
   }
 
@@ -178,7 +179,7 @@
       if (next) next.remove();
       dropped.forEach((li) => li.remove());
       const url = children + "?offset=" + dropped[0].dataset.index + "&dir=next";
-      const li = moreLink("more", url, "show more steps");
+      const li = moreLink("more", url, gettext("show more steps"));
       longest.appendChild(li);
       htmx.process(li);
       return true;
@@ -189,7 +190,7 @@
     if (prev) prev.remove();
     kids.slice(0, WINDOW).forEach((li) => li.remove());
     const offset = Math.max(0, Number(first.dataset.index) - WINDOW);
-    const li = moreLink("more prev", children + "?offset=" + offset + "&dir=prev", "show earlier steps");
+    const li = moreLink("more prev", children + "?offset=" + offset + "&dir=prev", gettext("show earlier steps"));
     longest.insertBefore(li, first);
     htmx.process(li);
     return true;
@@ -217,12 +218,29 @@
 
   // --- live ------------------------------------------------------------------------------------
 
+  // Numbers as the server formats them for the page's language (the catalogue's formats).
+  function decimal(value, places) {
+    return Number(value).toFixed(places).replace(".", get_format("DECIMAL_SEPARATOR"));
+  }
+
+  // The ms template filter's twin (traces/templatetags/trace_format.py): unit symbols.
   function formatMs(value) {
     if (value === null || value === undefined) return "—";
     if (value < 1000) return Math.round(value) + " ms";
     const s = value / 1000;
-    if (s < 60) return s.toFixed(1) + " s";
+    if (s < 60) return decimal(s, 1) + " s";
     return Math.floor(s / 60) + " min " + Math.floor(s % 60) + " s";
+  }
+
+  // A trace's stored status in the page's language (the status_label template filter's twin).
+  function statusLabel(status) {
+    const words = {
+      running: pgettext("status", "running"),
+      completed: pgettext("status", "completed"),
+      failed: pgettext("status", "failed"),
+      cancelled: pgettext("status", "cancelled"),
+    };
+    return words[status] || status;
   }
 
   function setTotals(totals) {
@@ -230,7 +248,7 @@
     for (const [name, value] of Object.entries(totals)) {
       const cell = view.querySelector('[data-total="' + name + '"]');
       if (!cell) continue;
-      if (name === "total_cost") cell.textContent = Number(value).toFixed(4);
+      if (name === "total_cost") cell.textContent = decimal(value, 4);
       else if (name === "total_duration_ms") cell.textContent = formatMs(value);
       else cell.textContent = value;
       if (name === "error_count") cell.classList.toggle("has-errors", value > 0);
@@ -239,7 +257,13 @@
 
   const pending = new Set();
   const added = new Set();  // rows to insert: only steps that step_added announced
+  const parents = new Map();  // an announced step's parent, until it is placed
   let flushTimer = null;
+  // Each flush's rows are placed before the next flush asks for its own: a step announced
+  // after its parent is placed after it, even when the later answer comes back first. What a
+  // flush asks for is settled only then, when the earlier rows are in the page: with a new
+  // step come its ancestors that are shown (their rows now have children to open).
+  let placing = Promise.resolve();
 
   function queue(id) {
     pending.add(id);
@@ -259,18 +283,68 @@
     const ids = Array.from(pending);
     pending.clear();
     if (!ids.length) return;
-    fetch(base + "rows/?ids=" + ids.join(","), { credentials: "same-origin" })
-      .then((r) => r.text())
+    // The selected step changed (a running tool's live output, its end): its detail follows.
+    const current = selected();
+    if (current && ids.includes(current.dataset.id)) {
+      load(current.querySelector(":scope > .row a.name").dataset.detail, "#detail");
+    }
+    placing = placing
+      .then(() => {
+        const ask = new Set(ids);
+        ids.forEach((id) => {
+          if (added.has(id)) ancestorsInDom(parents.get(id)).forEach((up) => ask.add(up));
+        });
+        const url = base + "rows/?ids=" + Array.from(ask).join(",");
+        return fetch(url, { credentials: "same-origin" });
+      })
+      .then((r) => {
+        if (!r.ok) throw new Error(r.statusText);
+        return r.text();
+      })
       .then((html) => {
         const box = document.createElement("div");
         box.innerHTML = html;
-        box.querySelectorAll("template").forEach(place);
+        const templates = Array.from(box.querySelectorAll("template"));
+        // Children announced with their parent in this flush, by parent: a new parent with
+        // more children than that had some before it (OTLP spans come children first).
+        const arriving = {};
+        templates.forEach((t) => {
+          if (added.has(t.dataset.id)) arriving[t.dataset.parent] = (arriving[t.dataset.parent] || 0) + 1;
+        });
+        templates.forEach((t) => place(t, arriving));
         htmx.process(tree());
-      });
+      })
+      // Not answered (the server restarting, say): asked again a little later.
+      .catch(() => setTimeout(() => ids.forEach(queue), 1000));
   }
 
-  function place(template) {
+  // A step that moved under a parent which arrived after it (OTLP spans, children first):
+  // its row, subtree and all, goes under that parent when its children are shown, and away
+  // otherwise (opening the parent loads it there). False when it went away.
+  function relocate(li, parentId) {
+    const parent = parentId ? rowOf(parentId) : null;
+    const container = parentId
+      ? (parent && parent.querySelector(":scope > ul.children"))
+      : tree().querySelector("ul.tree");
+    const shown = container && (!parentId || container.dataset.loaded)
+      && !container.querySelector(":scope > li.more:not(.prev)");
+    const twin = shown && Array.from(container.children).some((c) => c.id === li.id && c !== li);
+    if (!shown || twin) {
+      li.remove();
+      return false;
+    }
+    const empty = container.querySelector(":scope > li.empty");
+    if (empty) empty.remove();
+    container.appendChild(li);
+    return true;
+  }
+
+  function place(template, arriving) {
     const fresh = template.content.querySelector("li.node");
+    const moved = rowOf(template.dataset.id);
+    if (moved && (moved.dataset.parent || "") !== (template.dataset.parent || "")) {
+      relocate(moved, template.dataset.parent);
+    }
     const existing = rowOf(template.dataset.id);
     if (existing) {
       const keep = ["open", "selected"].filter((c) => existing.classList.contains(c));
@@ -281,12 +355,16 @@
       existing.querySelector(":scope > .row").replaceWith(fresh.querySelector(":scope > .row"));
       if (!existing.querySelector(":scope > ul.children")) {
         const ul = fresh.querySelector(":scope > ul.children");
-        if (ul) existing.appendChild(ul);
+        if (ul) {
+          existing.appendChild(ul);
+          openLive(existing);
+        }
       }
       return;
     }
     if (!added.has(template.dataset.id)) return;  // in a window that is not loaded
     added.delete(template.dataset.id);
+    parents.delete(template.dataset.id);
     const parentId = template.dataset.parent;
     const container = parentId
       ? (rowOf(parentId) && rowOf(parentId).querySelector(":scope > ul.children"))
@@ -297,18 +375,45 @@
     if (empty) empty.remove();
     fresh.classList.add("fresh");
     container.appendChild(fresh);
+    if (Number(fresh.dataset.kids) > (arriving[template.dataset.id] || 0)) {
+      // It came after children of its own (they moved under it): they load like a
+      // reload's, opened at the levels a reload opens.
+      if (depthOf(fresh) < AUTO_EXPAND_DEPTH) expand(fresh, true);
+    } else {
+      openLive(fresh);
+    }
+  }
+
+  // A reload opens the first AUTO_EXPAND_DEPTH levels (goal, iterations, tool calls: the
+  // results show). A step at those levels whose children begin while the page watches is
+  // opened the same way; it had none when the page loaded or it arrived, so each of its
+  // children arrives live (step_added) and is placed in it.
+  const AUTO_EXPAND_DEPTH = 3;
+
+  function depthOf(li) {
+    let depth = 0;
+    for (let up = li.parentElement.closest("li.node"); up; up = up.parentElement.closest("li.node")) depth++;
+    return depth;
+  }
+
+  function openLive(li) {
+    const ul = li.querySelector(":scope > ul.children");
+    if (!ul || ul.dataset.loaded || depthOf(li) >= AUTO_EXPAND_DEPTH) return;
+    ul.dataset.loaded = "1";
+    li.classList.add("open");
+    li.setAttribute("aria-expanded", "true");
   }
 
   function onEvent(message) {
     if (message.seq > lastSeq && message.event !== "connected") lastSeq = message.seq;
     if (message.event === "connected") {
-      flash("live");
+      flash(gettext("live"));
       setTotals(message.trace);
     } else if (message.event === "step_added") {
       setTotals(message.totals);
       added.add(message.step.step_id);
+      parents.set(message.step.step_id, message.step.parent_id);
       queue(message.step.step_id);
-      ancestorsInDom(message.step.parent_id).forEach(queue);
     } else if (message.event === "step_updated") {
       setTotals(message.totals);
       queue(message.step_id);
@@ -316,10 +421,10 @@
       completed = true;
       setTotals(message.trace);
       const badge = document.getElementById("trace-status");
-      badge.textContent = message.trace.status;
+      badge.textContent = statusLabel(message.trace.status);
       badge.className = "status-badge st-" + message.trace.status;
       view.dataset.status = message.trace.status;
-      flash("finished: " + message.trace.status);
+      flash(interpolate(gettext("finished: %(status)s"), { status: statusLabel(message.trace.status) }, true));
     }
   }
 
@@ -331,7 +436,7 @@
     socket.onmessage = (event) => onEvent(JSON.parse(event.data));
     socket.onclose = () => {
       if (completed) { socket.close(); return; }
-      flash("connection lost, reconnecting…");
+      flash(gettext("connection lost, reconnecting…"));
       setTimeout(connect, retry);
       retry = Math.min(retry * 2, 10000);
     };

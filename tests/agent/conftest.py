@@ -14,6 +14,7 @@ from channels.layers import channel_layers
 
 from agent.knowledge.embeddings import get_embeddings
 from agent.knowledge.ingest import ingest_paths
+from agent.knowledge.store import close_clients
 from agent.llm import get_llm
 from agent.llm.openai_provider import OpenAIProvider
 from devassist.channel_layer import redis_layer_config
@@ -50,6 +51,7 @@ def knowledge(settings: Any, tmp_path: Path) -> Iterator[Path]:
     get_embeddings.cache_clear()
     yield settings.CHROMA_PATH
     get_embeddings.cache_clear()
+    close_clients()  # an embedded client keeps its files open: one per test would pile up
 
 
 @pytest.fixture

@@ -14,6 +14,13 @@ script; a reply is either a string (the assistant's content) or a dict:
     away is counted in ``disconnects`` and the reply is abandoned).
 ``chunk_delay_s`` (float)
     Streaming only: wait this long before each content chunk.
+``delays_s`` (list[float])
+    Streaming only: wait this long before each content chunk, one delay per chunk (a model
+    that pauses mid-answer).
+``tool_calls`` (list[dict])
+    Native tool calls of the reply: each ``{"name", "arguments"}`` (a dict is sent as JSON,
+    a string as it is) and optionally ``"id"``. Streamed after the content, each call's
+    arguments in two pieces; the finish reason defaults to ``"tool_calls"``.
 ``status`` (int) and ``message`` (str)
     Answer with this error status and an OpenAI-style body ``{"error": {"message", "type",
     "code"}}``.
@@ -339,18 +346,16 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _complete(self, body: dict[str, Any], options: dict[str, Any]) -> None:
         content, finish_reason = _content(body, options)
+        message: dict[str, Any] = {"role": "assistant", "content": content}
+        calls = _tool_calls(options)
+        if calls:
+            message["tool_calls"] = calls
         answer: dict[str, Any] = {
             "id": "chatcmpl-fake",
             "object": "chat.completion",
             "created": 0,
             "model": options.get("model", body.get("model", "fake-model")),
-            "choices": [
-                {
-                    "index": 0,
-                    "message": {"role": "assistant", "content": content},
-                    "finish_reason": finish_reason,
-                }
-            ],
+            "choices": [{"index": 0, "message": message, "finish_reason": finish_reason}],
         }
         usage = _usage(body, options, content)
         if usage is not None:
@@ -380,13 +385,24 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             self._event(chunk({"role": "assistant", "content": ""}))
             drop_after = options.get("drop_after_chunks")
+            delays = list(options.get("delays_s") or [])
             for sent, piece in enumerate(pieces):
                 if drop_after is not None and sent >= drop_after:
                     self._drop()
                     return
-                if not self._wait(float(options.get("chunk_delay_s", 0))):
+                delay = delays[sent] if sent < len(delays) else options.get("chunk_delay_s", 0)
+                if not self._wait(float(delay)):
                     return
                 self._event(chunk({"content": piece}))
+            for index, call in enumerate(_tool_calls(options)):
+                arguments = call["function"]["arguments"]
+                half = len(arguments) // 2
+                opening = {"index": index, "id": call["id"], "type": "function"}
+                opening["function"] = {"name": call["function"]["name"], "arguments": ""}
+                self._event(chunk({"tool_calls": [opening]}))
+                for part in (arguments[:half], arguments[half:]):
+                    piece_of_call = {"index": index, "function": {"arguments": part}}
+                    self._event(chunk({"tool_calls": [piece_of_call]}))
             self._event(chunk({}, finish_reason))
             usage = _usage(body, options, content)
             if (body.get("stream_options") or {}).get("include_usage") and usage is not None:
@@ -495,7 +511,8 @@ def _content(body: dict[str, Any], options: dict[str, Any]) -> tuple[str, str]:
     """The content to send and its finish reason, cut at the first stop sequence unless the
     reply ignores ``stop``."""
     content = "".join(options["chunks"]) if "chunks" in options else options.get("content", "")
-    finish_reason = options.get("finish_reason", "stop")
+    default_finish = "tool_calls" if options.get("tool_calls") else "stop"
+    finish_reason = options.get("finish_reason", default_finish)
     stop = body.get("stop") or []
     stops = [stop] if isinstance(stop, str) else list(stop)
     if not options.get("ignore_stop"):
@@ -503,6 +520,23 @@ def _content(body: dict[str, Any], options: dict[str, Any]) -> tuple[str, str]:
         if cuts:
             content, finish_reason = content[: min(cuts)], "stop"
     return content, finish_reason
+
+
+def _tool_calls(options: dict[str, Any]) -> list[dict[str, Any]]:
+    """The reply's native tool calls in the API's shape."""
+    calls = []
+    for index, call in enumerate(options.get("tool_calls") or [], start=1):
+        arguments = call.get("arguments", {})
+        if not isinstance(arguments, str):
+            arguments = json.dumps(arguments, ensure_ascii=False)
+        calls.append(
+            {
+                "id": call.get("id", f"call_{index}"),
+                "type": "function",
+                "function": {"name": call["name"], "arguments": arguments},
+            }
+        )
+    return calls
 
 
 def _pieces(options: dict[str, Any], content: str) -> list[str]:

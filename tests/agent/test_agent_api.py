@@ -59,7 +59,9 @@ def test_offline_agent_runs_code_and_records_the_run(api, user, sandbox_image):
     assert "2" in body["answer"]
 
     run = AgentRun.objects.get(pk=body["run_id"])
-    assert (run.status, run.model, run.output) == ("completed", "offline", body["answer"])
+    assert (run.status, run.model) == ("completed", "offline")
+    response = Step.objects.get(parent_id=run.id, step_type="response")
+    assert response.data["answer"] == body["answer"]
     assert run.started_at is not None
     assert run.first_output_at is not None
     assert run.finished_at is not None
@@ -174,7 +176,9 @@ def test_model_endpoint_down_is_502_and_the_failure_is_stored(api, scripted):
     run = AgentRun.objects.get(pk=body["error"]["details"]["run_id"])
     assert run.status == "failed"
     assert run.input == "hi"
-    assert run.error
+    goal = Step.objects.get(pk=run.id)
+    assert goal.error == body["error"]["message"]
+    assert api.get(f"/api/runs/{run.id}").json()["error"] == goal.error
     events = list(RunEvent.objects.filter(run=run).order_by("seq").values_list("type", flat=True))
     assert events[0] == "meta"
     assert events[-2:] == ["error", "done"]

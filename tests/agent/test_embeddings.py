@@ -4,20 +4,26 @@ and the sentence-transformers backend on a tiny BERT model built in the test (no
 from __future__ import annotations
 
 import base64
+import http.server
 import json
 import math
 import os
 import re
 import socket
 import struct
-from collections.abc import Iterator
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
 from http import HTTPStatus
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 import torch
 from django.test import override_settings
+from huggingface_hub import constants as hub_constants
 from sentence_transformers import SentenceTransformer
 from sentence_transformers.sentence_transformer.modules import Pooling, Transformer
 from transformers import BertConfig, BertModel, BertTokenizer
@@ -35,7 +41,7 @@ from agent.llm.embeddings import OpenAIEmbeddingsClient
 from devassist.api import http_status
 from tests.agent.conftest import TEST_API_KEY
 from tests.agent.fake_openai import EMBEDDING_DIMENSIONS, FakeOpenAI, embedding_vector
-from tests.servers import free_port
+from tests.servers import REPO, free_port
 
 DOCS = [
     "Configure the sandbox memory limit with SANDBOX_MEMORY_MB.",
@@ -476,7 +482,9 @@ def test_sentence_transformers_backend_loads_a_local_model_without_network(
     assert query == pytest.approx(documents[0], abs=1e-5)
     assert backend.embed_documents(DOCS[:1])[0] == pytest.approx(documents[0], abs=1e-5)
     assert backend.embed_documents([]) == []
-    assert os.environ["HF_HUB_OFFLINE"]
+    # The hub's offline mode was on for the load only.
+    assert hub_constants.HF_HUB_OFFLINE is False
+    assert "HF_HUB_OFFLINE" not in os.environ
 
 
 @pytest.mark.usefixtures("fresh_model_cache")
@@ -547,9 +555,112 @@ def test_sentence_transformers_uncached_model_name_is_not_downloaded(
     with pytest.raises(EmbeddingsUnavailable, match="EMBEDDINGS_MODEL=") as caught:
         backend.embed_query("text")
 
-    assert "not in the local Hugging Face cache" in str(caught.value)
-    assert "EMBEDDINGS_ALLOW_DOWNLOAD" in str(caught.value)
+    message = str(caught.value)
+    assert "not a local directory and not in the local Hugging Face cache" in message
+    assert "downloads are off" in message
+    assert "set EMBEDDINGS_ALLOW_DOWNLOAD=true" in message
+    assert "Set EMBEDDINGS_MODEL to a model directory" in message
     assert no_network == []
+
+
+@pytest.fixture
+def hub(monkeypatch: pytest.MonkeyPatch) -> Callable[[str], None]:
+    """Points the Hugging Face hub at the address given to the function it returns, as
+    ``HF_ENDPOINT`` would have before huggingface_hub was imported (which reads it then)."""
+
+    def point(endpoint: str) -> None:
+        template = hub_constants.HUGGINGFACE_CO_URL_TEMPLATE.replace(
+            hub_constants.ENDPOINT, endpoint, 1
+        )
+        monkeypatch.setattr(hub_constants, "ENDPOINT", endpoint)
+        monkeypatch.setattr(hub_constants, "HUGGINGFACE_CO_URL_TEMPLATE", template)
+
+    return point
+
+
+@pytest.mark.usefixtures("fresh_model_cache")
+def test_downloads_allowed_but_no_hub_reachable_says_so_at_once(
+    hub: Callable[[str], None],
+) -> None:
+    closed = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    hub(closed)
+    backend = SentenceTransformerEmbeddings(
+        model="devassist-tests/no-such-model", allow_download=True
+    )
+
+    started = time.monotonic()
+    with pytest.raises(EmbeddingsUnavailable) as caught:
+        backend.embed_query("text")
+
+    assert time.monotonic() - started < 10  # not the libraries' 70 s of retries
+    message = str(caught.value)
+    assert f"EMBEDDINGS_ALLOW_DOWNLOAD=true, but the hub at {closed} cannot be reached" in message
+    assert "nothing is downloaded unless" not in message
+    assert caught.value.details["endpoint"] == closed
+
+
+class _NoModelsHere(http.server.BaseHTTPRequestHandler):
+    """A hub that knows no model: 404 to everything, each request counted."""
+
+    requests: ClassVar[list[str]] = []
+
+    def do_HEAD(self) -> None:
+        self.requests.append(self.path)
+        self.send_response(404)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    do_GET = do_HEAD
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+# A fresh process, so that huggingface_hub is first imported by the backend's first load, as
+# in a server: that load must not leave the hub's offline mode on for the next one.
+LOAD_THEN_DOWNLOAD = """
+from agent.exceptions import EmbeddingsUnavailable
+from agent.knowledge.embeddings.sentence_transformers import SentenceTransformerEmbeddings
+
+SentenceTransformerEmbeddings(model={local!r}).embed_query("sandbox")
+name = "devassist-tests/no-such-model"
+try:
+    SentenceTransformerEmbeddings(model=name, allow_download=True).embed_query("x")
+except EmbeddingsUnavailable as exc:
+    print(exc.message)
+"""
+
+
+def test_an_offline_load_leaves_later_loads_free_to_download(tiny_model_dir: Path) -> None:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _NoModelsHere)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    endpoint = f"http://127.0.0.1:{server.server_address[1]}"
+    _NoModelsHere.requests.clear()
+    environment = {
+        k: v for k, v in os.environ.items() if not k.startswith(("HF_", "TRANSFORMERS_"))
+    }
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", LOAD_THEN_DOWNLOAD.format(local=str(tiny_model_dir))],
+            env={
+                **environment,
+                "HF_ENDPOINT": endpoint,
+                "HF_HOME": str(tiny_model_dir.parent / "hf"),
+            },
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        server.shutdown()
+        server.server_close()
+
+    assert done.returncode == 0, done.stderr
+    # The hub was asked (offline mode refuses before any request is sent).
+    assert _NoModelsHere.requests
+    assert all("devassist-tests/no-such-model" in path for path in _NoModelsHere.requests)
+    assert f"could not be downloaded from the hub at {endpoint}" in done.stdout
 
 
 def test_sentence_transformers_backend_needs_a_model() -> None:

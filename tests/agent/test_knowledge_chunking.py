@@ -77,6 +77,40 @@ def test_a_single_huge_paragraph_is_split_at_sentences() -> None:
     assert chunks[0].text.split("\n\n", 1)[1].startswith("Sentence number 0 says something.")
 
 
+def test_a_long_code_block_is_fenced_again_in_every_chunk() -> None:
+    code = "\n".join(f"value_{i} = {i}  # a comment that takes room" for i in range(60))
+    text = f"# Code\n\nIntro.\n\n```python\n{code}\n```\n\nAfter the code."
+
+    chunks = chunk_document(text=text, name="code.md", max_chars=600, overlap_chars=150)
+
+    with_code = [c.text for c in chunks if "value_" in c.text]
+    assert len(with_code) > 2
+    for chunk_text in with_code:
+        body = chunk_text.split("\n\n", 1)[1]
+        # Every piece of code opens with the block's fence and language, and closes it.
+        assert body.count("```python\n") == 1
+        assert body.count("```") == 2
+        assert all(len(c.text) <= 600 for c in chunks)
+    # The code's lines all survive, each once, in order.
+    lines = [line for c in with_code for line in c.split("\n") if line.startswith("value_")]
+    assert lines == code.split("\n")
+
+
+def test_a_long_table_repeats_its_header_rows_and_overlap_never_cuts_one() -> None:
+    rows = "\n".join(f"| row {i} | a value that is long enough {i} |" for i in range(50))
+    text = f"# Table\n\n| name | value |\n|------|-------|\n{rows}\n\nThe end."
+
+    chunks = chunk_document(text=text, name="table.md", max_chars=500, overlap_chars=150)
+
+    with_rows = [c.text for c in chunks if "| row " in c.text]
+    assert len(with_rows) > 2
+    for chunk_text in with_rows:
+        table = chunk_text.split("\n\n")[1]
+        assert table.startswith("| name | value |\n|------|-------|\n| row ")
+    found = [line for c in with_rows for line in c.split("\n") if line.startswith("| row ")]
+    assert found == rows.split("\n")
+
+
 def test_restructuredtext_titles_by_adornment_order() -> None:
     text = (
         "=====\nTitle\n=====\n\nIntro.\n\nSetup\n-----\n\nSteps here.\n\n"

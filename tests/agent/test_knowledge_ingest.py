@@ -13,6 +13,7 @@ from django.core.management import CommandError, call_command
 
 from agent.exceptions import EmbeddingsMismatch, IngestPathInvalid
 from agent.knowledge import bm25
+from agent.knowledge.chunking import CHUNKING_VERSION
 from agent.knowledge.embeddings import get_embeddings
 from agent.knowledge.ingest import SourceFile, ingest_files, ingest_paths
 from agent.knowledge.search import search
@@ -114,6 +115,26 @@ def test_reingest_without_changes_writes_nothing(docs: Path) -> None:
     assert summary.added == summary.updated == summary.deleted == ()
     assert summary.chunks_written == summary.chunks_deleted == 0
     assert open_collection("kb_docs").metadata["generation"] == generation
+
+
+def test_documents_chunked_by_another_version_are_chunked_again(docs: Path) -> None:
+    ingest_paths(paths=[docs], collection="kb_docs")
+    (record,) = get_records(open_collection("kb_docs"), where={"source": "guide.md"})
+    assert record.metadata["chunking"] == CHUNKING_VERSION
+    # As an earlier version of the chunking stored it.
+    upsert_texts(
+        "kb_docs",
+        ids=[record.id],
+        texts=[record.text],
+        metadatas=[record.metadata | {"chunking": 1}],
+    )
+
+    summary = ingest_paths(paths=[docs], collection="kb_docs")
+
+    assert summary.updated == ("guide.md",)
+    assert "guide.md" not in summary.unchanged
+    (record,) = get_records(open_collection("kb_docs"), where={"source": "guide.md"})
+    assert record.metadata["chunking"] == CHUNKING_VERSION
 
 
 def test_a_shrinking_file_loses_its_surplus_chunks(docs: Path) -> None:

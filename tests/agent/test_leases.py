@@ -15,10 +15,18 @@ from asgiref.sync import sync_to_async
 from django.utils import timezone
 
 from agent.events import follow_run
-from agent.leases import WORKER_LOST, LeaseKeeper, reap_lost, renew, worker_id
+from agent.leases import (
+    CANCELLED_LOST_MESSAGE,
+    WORKER_LOST,
+    WORKER_LOST_MESSAGE,
+    LeaseKeeper,
+    reap_lost,
+    renew,
+    worker_id,
+)
 from agent.models import AgentRun, RunEvent, RunStatus
 from agent.services import run_create
-from tests.conftest import post_as
+from tests.conftest import post_as, token_client
 from traces.models import Step, StepStatus, Trace, TraceStatus
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -51,8 +59,9 @@ async def test_a_run_whose_worker_is_gone_fails_with_worker_lost(user):
     trace = await Trace.objects.aget(pk=run.trace_id)
     assert trace.status == TraceStatus.FAILED
     goal = await Step.objects.aget(pk=run.id)
-    assert goal.status == StepStatus.FAILED
-    assert goal.error
+    assert (goal.status, goal.error) == (StepStatus.FAILED, WORKER_LOST_MESSAGE)
+    detail = await sync_to_async(lambda: token_client(user).get(f"/api/runs/{run.id}").json())()
+    assert (detail["error"], detail["error_code"]) == (WORKER_LOST_MESSAGE, WORKER_LOST)
     log = await log_of(run)
     assert [e["type"] for e in log] == ["meta", "error", "done"]
     assert log[1]["code"] == WORKER_LOST
@@ -123,6 +132,10 @@ async def test_cancelling_a_lost_run_cancels_it_at_once(user):
     assert run.trace_id is not None
     trace = await Trace.objects.aget(pk=run.trace_id)
     assert trace.status == TraceStatus.CANCELLED
+    # Its message is not the one derived from the status: the goal step holds it.
+    goal = await Step.objects.aget(pk=run.id)
+    assert (goal.status, goal.error) == (StepStatus.SKIPPED, CANCELLED_LOST_MESSAGE)
+    assert response.json()["error"] == CANCELLED_LOST_MESSAGE
 
 
 async def test_a_heartbeat_stops_a_local_run_that_was_cancelled_or_ended_elsewhere(user):

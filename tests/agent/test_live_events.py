@@ -256,7 +256,10 @@ async def test_the_redis_layer_leaves_nothing_without_an_expiry(settings, waitin
             async for item in stream:
                 # A stream and a websocket follow the run, its cancel watcher listens.
                 seen += list(client.scan_iter(f"{prefix}*"))
-                assert without_expiry() == []
+                # channels-redis backs a message being received up in "<channel>$inflight"
+                # for a moment, with no expiry, and deletes it with the next receive: only
+                # what is left once the run is over counts.
+                assert [key for key in without_expiry() if not key.endswith(b"$inflight")] == []
                 if item is not None and item[1]["type"] == "done":
                     break
         await watch_to_the_end(communicator, timeout_s=60)

@@ -100,15 +100,16 @@ async def test_complete_returns_content_usage_and_latency(
     assert fake_openai.headers[0]["authorization"] == f"Bearer {TEST_API_KEY}"
 
 
-async def test_complete_without_usage_reports_zero_tokens(
+async def test_complete_without_usage_reports_unknown_usage_not_zero(
     fake_openai: FakeOpenAI, openai_provider: OpenAIProvider
 ) -> None:
     fake_openai.script([{"content": "hi", "usage": None, "finish_reason": "length"}])
 
     response = await openai_provider.complete(TASK)
 
-    assert response.usage == Usage(prompt_tokens=0, completion_tokens=0)
+    assert response.usage is None
     assert response.finish_reason == "length"
+    assert response.truncated
 
 
 async def test_complete_sends_the_first_four_stop_sequences_and_enforces_all(
@@ -221,7 +222,7 @@ async def test_stream_falls_back_without_stream_options_when_the_server_rejects_
     _, second = await collect(openai_provider, TASK)
 
     assert "".join(deltas) == response.content == "hello there"
-    assert response.usage == Usage()
+    assert response.usage is None
     assert second.content == "again"
     first, retried, later = fake_openai.requests
     assert first["stream_options"] == {"include_usage": True}
@@ -666,12 +667,95 @@ async def test_offline_quotes_search_results_with_their_sources() -> None:
             {"source": "docs/orm.md", "content": "The ORM maps models to tables."},
         ]
     }
+    task = "What are Django and its ORM?"
 
-    answer = final_answer((await OfflineProvider().complete(after_run("x", observation))).content)
+    answer = final_answer((await OfflineProvider().complete(after_run(task, observation))).content)
 
-    assert "> Django is a web framework." in answer
-    assert "docs/django.md" in answer
-    assert "docs/orm.md" in answer
+    assert answer.startswith("No language model is configured, so here is what the documentation")
+    assert "> Django is a web framework. [1]" in answer
+    assert "> The ORM maps models to tables. [2]" in answer
+    assert answer.endswith("Sources:\n1. docs/django.md\n2. docs/orm.md")
+
+
+def offers_search(task: str) -> list[ChatMessage]:
+    """A run's messages that list ``search_docs`` among the tools, as the agent's prompt does."""
+    return [
+        {"role": "system", "content": "Tools:\n- search_docs: Search the documentation."},
+        {"role": "user", "content": task},
+    ]
+
+
+@pytest.mark.usefixtures("guide")
+@pytest.mark.parametrize(
+    "greeting", ["hello", "Hi there!", "thanks a lot", "Good morning", "who are you?"]
+)
+async def test_offline_answers_small_talk_that_no_model_is_configured(greeting: str) -> None:
+    response = await OfflineProvider().complete(offers_search(greeting))
+
+    # No search for quotes that could only be irrelevant: the answer says what it is.
+    assert response.content.startswith("Thought: No language model is configured.\n")
+    answer = final_answer(response.content)
+    assert answer.startswith("No language model is configured")
+    assert "search the documentation" in answer
+    assert "run Python code" in answer
+    assert "`LLM_BASE_URL`" in answer
+
+
+@pytest.mark.usefixtures("guide")
+@pytest.mark.parametrize("greeting", ["你好", "你好！", "谢谢", "您好，你是谁？"])
+async def test_offline_answers_chinese_small_talk_in_chinese(greeting: str) -> None:
+    answer = final_answer((await OfflineProvider().complete(offers_search(greeting))).content)
+
+    assert answer.startswith("尚未配置语言模型")
+    assert "搜索文档" in answer
+    assert "`LLM_BASE_URL`" in answer
+
+
+async def test_offline_says_nothing_matched_and_that_no_model_is_configured() -> None:
+    observation = {
+        "collection": "team_docs",
+        "results": [],
+        "message": "Nothing in 'team_docs' matches 'kubernetes'.",
+    }
+
+    answer = final_answer(
+        (await OfflineProvider().complete(after_run("kubernetes helm", observation))).content
+    )
+
+    assert answer.startswith(
+        "Nothing in the documentation (team_docs) matches this question, and no language model "
+        "is configured"
+    )
+    assert "`LLM_BASE_URL`" in answer
+
+
+async def test_offline_does_not_quote_passages_that_share_nothing_with_the_question() -> None:
+    observation = {
+        "results": [{"source": "docs/weather.md", "content": "It rains a lot in autumn."}]
+    }
+
+    answer = final_answer(
+        (await OfflineProvider().complete(after_run("如何配置沙箱？", observation))).content
+    )
+
+    assert answer.startswith("文档中没有与这个问题相关的内容，而且尚未配置语言模型")
+    assert "rains" not in answer
+
+
+async def test_offline_links_the_page_about_models_when_the_docs_hold_it(
+    knowledge: Any, tmp_path: Any, settings: Any
+) -> None:
+    from agent.knowledge.ingest import ingest_paths
+
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "llm.md").write_text("# Models\n\nSet LLM_BASE_URL.\n")
+    (tmp_path / "README.md").write_text("# DevAssist\n")
+    ingest_paths(paths=[tmp_path / "README.md", tmp_path / "docs"], collection="devassist_docs")
+    settings.KNOWLEDGE_DEFAULT_COLLECTION = "devassist_docs"
+
+    answer = final_answer((await OfflineProvider().complete(user("What is Django?"))).content)
+
+    assert "see [docs/llm.md](/docs/devassist_docs/docs/llm.md)." in answer
 
 
 async def test_offline_summarises_any_other_observation() -> None:
@@ -721,8 +805,8 @@ async def test_offline_response_metadata() -> None:
     assert provider.model == response.model == "offline"
     assert provider.describe() == {"provider": "offline", "model": "offline"}
     assert response.finish_reason == "stop"
-    assert response.usage.completion_tokens == max(1, len(response.content) // 4)
-    assert response.usage.prompt_tokens >= 1
+    # It counts no tokens: unknown, not an estimate passed off as a count.
+    assert response.usage is None
 
 
 # -- get_llm() ------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from agent.exceptions import AgentMaxIterations, ToolFailed
+from agent.exceptions import AgentFormatErrors, AgentMaxIterations, ToolFailed
 from agent.loop import Iteration, LoopConfig, run_react
 from agent.tools.registry import Tool, ToolContext, ToolRegistry
 
@@ -248,27 +248,33 @@ async def test_iteration_cap_forces_one_final_call(openai_provider, fake_openai)
     fake_openai.script([call("echo")] * 4)
     with pytest.raises(AgentMaxIterations) as stopped:
         await react(openai_provider, Recorded(), max_iterations=3)
+    assert stopped.value.code == "agent_max_iterations"
     assert stopped.value.message == (
-        "No final answer after 3 iterations: the limit of 3 iterations was reached."
+        "No final answer after 3 iterations: the limit of 3 iterations was reached, and the "
+        "reply to the last request for an answer was none."
     )
     assert stopped.value.details["stopped_by"] == "max_iterations"
 
 
 async def test_replies_out_of_format_stop_the_loop_with_that_reason(openai_provider, fake_openai):
     """Three unreadable replies in a row end the loop early (then one "answer now" call): the
-    error says how many iterations ran and why, not the iteration limit."""
+    error is ``agent_format_errors`` and says how many iterations ran and why, not the
+    iteration limit."""
     fake_openai.script(["no format", "still none", "nope", "Observation: not an answer"])
     recorder = Recorded()
-    with pytest.raises(AgentMaxIterations) as stopped:
+    with pytest.raises(AgentFormatErrors) as stopped:
         await react(openai_provider, recorder, max_iterations=10)
+    assert stopped.value.code == "agent_format_errors"
     assert stopped.value.message == (
-        "No final answer after 3 iterations: the last 3 replies in a row were not in the "
-        "ReAct format, the most the agent accepts."
+        "No final answer after 3 iterations: the last 3 replies in a row were neither a tool "
+        "call nor an answer (3 is the most the agent accepts), and neither was the reply to "
+        "the last request for an answer."
     )
     assert stopped.value.details == {
         "iterations": 3,
         "max_iterations": 10,
         "stopped_by": "format_errors",
+        "format_errors": 3,
         "max_format_errors": 3,
     }
     assert len(fake_openai.requests) == 4
@@ -293,3 +299,71 @@ async def test_cancel_during_a_tool(openai_provider, fake_openai):
         await task
     assert recorder.tools_started == ["slow"]
     assert len(fake_openai.requests) == 1
+
+
+async def test_a_reply_that_begins_with_an_observation_streams_nothing(
+    openai_provider, fake_openai
+):
+    """A real-model defect: the answer after a made-up ``Observation:`` went out as deltas,
+    then the reply was rejected. Only the next, readable answer streams."""
+    fake_openai.script(
+        [{"content": 'Observation: {"x": 1}\nAction: final: made up'}, "Action: final: real"]
+    )
+    recorder = Recorded()
+    assert await react(openai_provider, recorder) == "real"
+    assert "".join(recorder.deltas) == "real"
+    assert "format" in recorder.observation(0)
+
+
+async def test_a_final_answer_after_a_tool_action_never_streams(openai_provider, fake_openai):
+    fake_openai.script(
+        [call("echo", '{"value": 1}') + "\nAction: final: not this", "Action: final: this"]
+    )
+    recorder = Recorded()
+    assert await react(openai_provider, recorder) == "this"
+    assert "".join(recorder.deltas) == "this"
+
+
+async def test_answer_text_goes_out_when_the_model_pauses_not_with_the_next_token(
+    openai_provider, fake_openai
+):
+    """Streamed text is sent on when the model stops writing for a moment (an empty delta
+    tells the recorder to send what it queued), not held until the next token arrives."""
+    fake_openai.script(
+        [{"chunks": ["Thought: x\nAction: final: Hello", " world"], "delays_s": [0, 1.5]}]
+    )
+    seen: list[tuple[float, str]] = []
+    recorder = Recorded()
+    started = time.monotonic()
+
+    async def delta(text: str) -> None:
+        seen.append((time.monotonic() - started, text))
+        recorder.deltas.append(text)
+
+    recorder.answer_delta = delta  # type: ignore[method-assign]
+    assert await react(openai_provider, recorder) == "Hello world"
+    hello = next(at for at, text in seen if text == "Hello")
+    pause = next(at for at, text in seen if at >= hello and text == "")
+    world = next(at for at, text in seen if text == " world")
+    assert pause - hello < 0.5 < world - hello
+
+
+async def test_a_reply_of_a_megabyte_is_a_format_error_the_run_survives(
+    openai_provider, fake_openai
+):
+    """1 MB of text in a thousand pieces: read for its answer as it arrives (without reading
+    the whole text again for every piece), it is no answer and no call, and the model hears
+    so; mid-JSON arguments are the next reply's error."""
+    huge = ["Thought: " + "z" * 1000] + ["y" * 1023 + "\n"] * 1000
+    fake_openai.script(
+        [
+            {"chunks": huge},
+            'Thought: t\nAction: tool:echo\nargs: {"value": "cut off',
+            "Action: final: done",
+        ]
+    )
+    recorder = Recorded()
+    assert await react(openai_provider, recorder) == "done"
+    assert recorder.deltas == ["done"]
+    assert recorder.observation(0)["error"] == "The reply has no Action line."
+    assert "never closed" in recorder.observation(1)["error"]

@@ -6,6 +6,8 @@ import json
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from agent.parser import (
     FORMAT_REMINDER,
@@ -13,6 +15,7 @@ from agent.parser import (
     ParsedReply,
     ToolCall,
     parse_reply,
+    streamable_answer,
 )
 
 TOOLS = ("execute_code", "search_docs", "list_files")
@@ -447,19 +450,21 @@ SEVERAL_ACTIONS = [
         1,
         id="tool-then-final-runs-tool",
     ),
+    # The first action decides (so an answer can stream as it is written): a later action
+    # only ends the answer.
     pytest.param(
         "Action: final: 3 files\nAction: tool:list_files\nargs: {}",
-        "list_files",
         None,
+        "3 files",
         1,
-        id="final-then-tool-runs-tool",
+        id="final-then-tool-answers",
     ),
     pytest.param(
         "Final Answer: 3\nAction: tool:list_files",
-        "list_files",
         None,
+        "3",
         1,
-        id="langchain-final-then-tool-runs-tool",
+        id="langchain-final-then-tool-answers",
     ),
     pytest.param(
         "Action: final: a\nAction: final: b", None, "a", 1, id="two-finals-first-wins-up-to-next"
@@ -570,3 +575,56 @@ def test_format_reminder_is_one_line_naming_both_forms() -> None:
     assert "Action: tool:<name>" in FORMAT_REMINDER
     assert "args:" in FORMAT_REMINDER
     assert "Action: final:" in FORMAT_REMINDER
+
+
+# -- streamable_answer: the one rule for "final answer" and "may stream" ------------------
+
+STREAMED_REPLIES = [
+    "Thought: x\nAction: final: Hello world\nsecond line",
+    "Observation: {}\nAction: final: 1",
+    "Thought: a\nAction: final answer: 42",
+    "Action: final: 3 files\nAction: tool:list_files\nargs: {}",
+    "Action: final: see\n```\nAction: tool:list_files\n```\nok",
+    'Thought: t\nAction: tool:echo\nargs: {"a": 1}',
+    "Final Answer: 3\nObservation: 4",
+    "Action:\n\nfinal: 4 and more\n  Observation : no",
+    "Thought: x\nAction: final: a\n  thought: b\nFinal Answer: c",
+    "Action: final: 答案是 4。\n下一行",
+    "no format at all\nAction: final: late",
+]
+
+
+@given(
+    text=st.sampled_from(STREAMED_REPLIES)
+    | st.text(alphabet="AaObTtFfinl:ction sevrwu \n`{}", max_size=80),
+    cuts=st.lists(st.integers(min_value=0, max_value=80), max_size=12),
+)
+def test_streamed_answer_text_is_never_taken_back(text: str, cuts: list[int]) -> None:
+    """Whatever pieces a reply arrives in, each answer streamed is a prefix of the next, and
+    of the final answer ``parse_reply`` finds in the whole reply (none at all when the reply
+    turns out not to be one)."""
+    final = parse_reply(text).final
+    sent = ""
+    for cut in [*sorted(c for c in cuts if c < len(text)), len(text)]:
+        answer = streamable_answer(text[:cut]) or ""
+        if sent:
+            assert answer.startswith(sent), (text, cut, sent, answer)
+        sent = answer or sent
+    assert (final or "").startswith(sent), (text, final, sent)
+
+
+def test_a_reply_that_begins_with_an_observation_never_streams() -> None:
+    """The real-model defect: deltas of an answer went out, then the parser rejected the reply
+    (it began with ``Observation:``) and the run failed."""
+    reply = 'Observation: {"x": 1}\nAction: final: The answer.'
+    for cut in range(len(reply) + 1):
+        assert streamable_answer(reply[:cut]) is None
+    assert parse_reply(reply).final is None
+
+
+def test_a_line_that_may_still_become_a_keyword_is_held_back() -> None:
+    assert streamable_answer("Action: final: one\nObserv") == "one"
+    assert streamable_answer("Action: final: one\nObservation: x") == "one"
+    assert streamable_answer("Action: final: one\nObserved") == "one\nObserved"
+    assert streamable_answer("Action: final ans") is None
+    assert streamable_answer("Action: final answer: 42") == "42"

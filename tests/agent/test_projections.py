@@ -22,6 +22,7 @@ class Row:
     parent_id: uuid.UUID | None = None
     data: Any = field(default_factory=dict)
     error: str = ""
+    status: str = "completed"
     started_at: datetime | None = None
     finished_at: datetime | None = None
     id: uuid.UUID = field(default_factory=uuid.uuid4)
@@ -33,7 +34,7 @@ def trace() -> list[Row]:
         2,
         "thought",
         goal.id,
-        {"thought": "run it", "action_raw": "Action: tool:execute_code"},
+        {"thought": "run it", "output": "Action: tool:execute_code"},
         started_at=START,
     )
     action = Row(3, "action", thought.id, {"tool_name": "execute_code", "arguments": {"code": "1"}})
@@ -44,7 +45,7 @@ def trace() -> list[Row]:
         {"result": {"stdout": "1\n", "exit_code": 0}},
         finished_at=START + timedelta(milliseconds=250),
     )
-    unparsed = Row(5, "thought", goal.id, {"thought": "", "action_raw": "hm"}, started_at=START)
+    unparsed = Row(5, "thought", goal.id, {"thought": "", "output": "hm"}, started_at=START)
     format_error = Row(
         6, "result", unparsed.id, {"result": {"error": "no Action"}}, error="no Action"
     )
@@ -69,18 +70,28 @@ def test_each_result_is_one_event_in_seq_order_whatever_the_rows_order():
 
 
 def test_a_tool_call_carries_its_thought_arguments_and_structured_result():
-    (event, _, _) = step_events_of(trace())
+    rows = trace()
+    (event, _, _) = step_events_of(rows)
 
     assert event == {
         "type": "step",
         "step_index": 1,
-        "step_id": event["step_id"],
+        "step_id": str(rows[1].id),
+        "action_id": str(rows[2].id),
         "thought": "run it",
         "action_raw": "Action: tool:execute_code",
         "tool_name": "execute_code",
         "tool_args": {"code": "1"},
         "observation": {"stdout": "1\n", "exit_code": 0},
         "error": None,
+        "status": "completed",
+        "outcome": {
+            "kind": "ok",
+            "label": "ok",
+            "reason": "",
+            "summary": "ok",
+            "is_error": False,
+        },
         "started_at_ms": int(START.timestamp() * 1000),
         "finished_at_ms": int(START.timestamp() * 1000) + 250,
         "latency_ms": 250,
@@ -106,3 +117,42 @@ def test_rows_whose_data_is_not_an_object_still_project():
 
     assert (event["thought"], event["observation"], event["tool_args"]) == ("", None, None)
     assert step_event(1, thought=None, action=None, result=result)["step_id"] == str(result.id)
+
+
+def test_a_failing_program_carries_its_outcome():
+    rows = trace()
+    rows[3].data = {"result": {"stdout": "", "stderr": "ZeroDivisionError", "exit_code": 1}}
+    rows[3].status = "failed"
+
+    (event, _, _) = step_events_of(rows)
+
+    assert event["status"] == "failed"
+    assert (event["outcome"]["kind"], event["outcome"]["summary"]) == (
+        "failed",
+        "failed · exit code 1",
+    )
+
+
+def test_a_tool_call_cut_short_is_an_event_of_its_own_in_its_actions_place():
+    goal = Row(1, "goal", status="skipped")
+    thought = Row(2, "thought", goal.id, {"thought": "sleep"}, started_at=START)
+    action = Row(
+        3,
+        "action",
+        thought.id,
+        {"tool_name": "execute_code", "arguments": {"code": "import time"}},
+        status="skipped",
+        finished_at=START + timedelta(seconds=2),
+    )
+    running = Row(4, "action", thought.id, {"tool_name": "wait"}, status="running")
+
+    (event,) = step_events_of([goal, thought, action, running])
+
+    assert (event["tool_name"], event["thought"], event["observation"]) == (
+        "execute_code",
+        "sleep",
+        None,
+    )
+    assert event["status"] == "skipped"
+    assert event["outcome"]["kind"] == "cancelled"
+    assert event["latency_ms"] == 2000

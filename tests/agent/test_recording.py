@@ -88,7 +88,7 @@ async def test_the_step_event_is_derived_from_the_steps(tool_run):
     assert event["tool_args"] == {}
     assert event["observation"] == result.data["result"] == {"waited_s": 0}
     assert event["thought"] == thought.data["thought"]
-    assert event["action_raw"] == thought.data["action_raw"]
+    assert event["action_raw"] == thought.data["output"]
     assert event["finished_at_ms"] >= event["started_at_ms"]
 
 
@@ -130,13 +130,16 @@ async def test_a_trace_closed_from_outside_still_lets_the_run_end_and_its_stream
     await task
 
     # The answer cannot go into a closed trace, so the run fails; its end is stored anyway, and
-    # its stream gets the error and done (before, it never got done and stayed open).
+    # its stream gets the error and done (before, it never got done and stayed open). The
+    # error's text is not in the trace, which took no more writes: the stream has it.
     stored = await AgentRun.objects.aget(pk=run.id)
     assert stored.status == "failed"
-    assert stored.error
+    assert stored.error_code
     assert stored.finished_at is not None
     ends = [e async for e in RunEvent.objects.filter(run_id=run.id).order_by("seq")][-2:]
     assert [e.type for e in ends] == ["error", "done"]
+    assert ends[0].payload["code"] == stored.error_code
+    assert ends[0].payload["message"]
     assert ends[1].payload["status"] == "failed"
     trace = await sync_to_async(trace_get)(trace_id=run.trace_id)
     assert trace.status == "failed"  # as it was closed

@@ -68,6 +68,7 @@ def test_the_tool_is_builtin_with_its_schema() -> None:
 async def test_results_follow_the_contract(docs: str) -> None:
     observation = await call({"query": "how do I change the memory limit of the sandbox?"})
 
+    assert observation["collection"] == "team_docs"
     results = observation["results"]
     assert 1 <= len(results) <= 5
     assert all(set(result) == RESULT_FIELDS for result in results)
@@ -76,7 +77,7 @@ async def test_results_follow_the_contract(docs: str) -> None:
     assert best["source"] == "sandbox.md"
     assert best["chunk_index"] == 1
     assert best["title"] == "Limits"
-    assert best["content"].startswith("Limits Set SANDBOX_MEMORY_MB")
+    assert best["content"].startswith("Limits\n\nSet SANDBOX_MEMORY_MB")
     assert best["bm25_score"] > 0
     assert best["score"] == best["bm25_score"]
     assert 0 < best["vector_distance"] < 1
@@ -89,15 +90,37 @@ async def test_top_k_limits_the_results(docs: str) -> None:
     assert len(observation["results"]) == 1
 
 
-async def test_content_is_whitespace_normalised_and_cut_to_800_chars(docs: str) -> None:
-    observation = await call({"query": "lorem ipsum filler", "top_k": 1})
+async def test_content_is_cut_to_800_chars_at_a_block_boundary(docs: str) -> None:
+    observation = await call({"query": "filler words", "top_k": 1})
 
     (result,) = observation["results"]
     assert result["source"] == "long.txt"
     assert len(result["content"]) <= 800
-    assert "  " not in result["content"]
-    assert "\n" not in result["content"]
-    assert result["content"].startswith("long.txt Lorem ipsum dolor")
+    assert result["content"].startswith("long.txt\n\n")
+    # Cut after a whole word.
+    assert result["content"].endswith("…")
+    assert result["content"][:-1].split()[-1] in {"filler", "words", "here"}
+
+
+async def test_content_keeps_code_blocks_and_tables(docs: str) -> None:
+    filler = "\n\n".join(f"Paragraph {i} about the weather and nothing else." for i in range(3))
+    code = "\n".join(f"limits_{i} = {i}" for i in range(45))
+    text = (
+        f"# Limits\n\nThe quota table:\n\n| name | value |\n|---|---|\n| quota | 5 |\n\n"
+        f"{filler}\n\n```python\n{code}\n```\n"
+    )
+    ingest_files(files=[SourceFile(source="quota.md", read=text.encode)], collection="team_docs")
+
+    observation = await call({"query": "quota limits_1", "top_k": 1})
+
+    content = observation["results"][0]["content"]
+    assert "| name | value |\n|---|---|\n| quota | 5 |" in content
+    assert len(content) <= 800
+    # The code block is cut at a line and closed again.
+    fence = content.index("```python\n")
+    assert content[fence:].count("```") == 2
+    assert "\nlimits_0 = 0\n" in content
+    assert content.endswith("```\n\n…")
 
 
 async def test_chinese_questions_find_chinese_text(docs: str) -> None:
@@ -129,6 +152,7 @@ async def test_a_query_without_matches_says_so(docs: str) -> None:
     observation = await call({"query": "kubernetes helm chart"})
 
     assert observation["results"] == []
+    assert observation["collection"] == "team_docs"
     assert "Nothing in 'team_docs' matches" in observation["message"]
 
 

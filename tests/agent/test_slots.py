@@ -9,10 +9,12 @@ import threading
 from typing import Any
 
 import pytest
+from asgiref.sync import sync_to_async
 
 from agent.events import run_control_group
 from agent.executor import run_start
 from agent.models import AgentRun, RunEvent, RunMode, RunStatus
+from agent.selectors import run_outcomes
 from agent.services import run_cancel, run_create
 from agent.slots import RunSlot
 from agent.tools.registry import Tool, ToolContext, ToolRegistry
@@ -276,8 +278,9 @@ async def test_a_run_streaming_from_a_slow_model_does_not_hold_back_another(
     assert done == {slow_task}
     runs = {r.input: r async for r in AgentRun.objects.filter(pk__in=[slow.id, quick.id])}
     assert runs["first"].status == runs["second"].status == RunStatus.COMPLETED
-    assert runs["first"].output == "slow answer"
-    assert runs["second"].output == "quick answer"
+    outcomes = await sync_to_async(run_outcomes)(list(runs.values()))
+    assert outcomes[slow.id].answer == "slow answer"
+    assert outcomes[quick.id].answer == "quick answer"
     assert await runs_inside_at_once(2) == 1
 
 

@@ -12,6 +12,7 @@ import pytest
 
 from agent.models import AgentRun, RunEvent
 from chat.models import Conversation, Message
+from chat.services import conversations_purge
 from tests.agent.test_agent_api import assert_error, post, sse_events
 from tests.chat.conftest import asgi_client, bearer
 from traces.models import Step
@@ -227,7 +228,9 @@ async def test_rag_stream_sends_the_retrieval_step_before_the_answer(user, scrip
     types = stream_types(events)
     assert events[0][1]["rag"] is True
     assert types.index("step") < types.index("delta")
-    assert deltas(events).startswith("Use SANDBOX_MEMORY_MB [1].\n\nSources:\n1. sandbox.md")
+    assert deltas(events).startswith(
+        "Use SANDBOX_MEMORY_MB [1].\n\nSources:\n1. [sandbox.md#1](/docs/guide_docs/sandbox.md"
+    )
 
 
 @pytest.mark.django_db(transaction=True)
@@ -241,9 +244,17 @@ async def test_model_failure_mid_stream_is_an_error_then_done_and_keeps_the_turn
     assert events[-1][1]["status"] == "failed"
     run = await AgentRun.objects.aget(pk=events[0][1]["run_id"])
     assert run.status == "failed"
-    assert run.error
+    goal = await Step.objects.aget(pk=run.id)
+    assert goal.error == events[-2][1]["message"]
     turns = [m async for m in Message.objects.filter(conversation=run.conversation_id).turns()]
-    assert [(m.role, m.content) for m in turns] == [("user", "hi")]
+    # The answer keeps what was streamed before the model's stream broke.
+    assert [(m.role, m.content) for m in turns] == [("user", "hi"), ("assistant", "one two ")]
+    async with asgi_client(await bearer(user)) as client:
+        detail = (await client.get(f"/api/runs/{run.id}")).json()
+        shown = (await client.get(f"/chat/conversations/{run.conversation_id}")).json()
+    assert detail["error"] == shown["messages"][0]["error"] == goal.error
+    assert shown["messages"][1]["run_status"] == "failed"
+    assert shown["messages"][1]["error"] == goal.error
 
 
 @pytest.mark.django_db(transaction=True)
@@ -271,6 +282,13 @@ async def test_a_chat_run_can_be_cancelled_and_re_attached(user, scripted):
     assert replay[-1][1] == {"type": "done", "run_id": str(turn.run.id), "status": "cancelled"}
     run = await AgentRun.objects.aget(pk=turn.run.id)
     assert run.status == "cancelled"
+    # A cancellation is no error of the trace: its message comes from the run's status.
+    assert (await Step.objects.aget(pk=run.id)).error == ""
+    async with asgi_client(await bearer(user)) as client:
+        detail = (await client.get(f"/api/runs/{run.id}")).json()
+        shown = (await client.get(f"/chat/conversations/{run.conversation_id}")).json()
+    assert (detail["status"], detail["error"], detail["answer"]) == ("cancelled", "Cancelled.", "")
+    assert shown["messages"][0]["error"] == "Cancelled."
 
 
 @pytest.mark.django_db(transaction=True)
@@ -439,9 +457,30 @@ def test_rename_and_delete(api, other_api, user):
     assert_error(other_api.get(url), HTTPStatus.NOT_FOUND, "conversation_not_found")
     assert_error(other_api.delete(url), HTTPStatus.NOT_FOUND, "conversation_not_found")
     assert api.delete(url).status_code == HTTPStatus.NO_CONTENT
-    assert not Conversation.objects.filter(pk=conversation.id).exists()
-    assert Message.objects.count() == 0
     assert_error(api.get(url), HTTPStatus.NOT_FOUND, "conversation_not_found")
+    assert not api.get("/chat/conversations").json()["conversations"]
+    assert_error(other_api.post(f"{url}/restore"), HTTPStatus.NOT_FOUND, "conversation_not_found")
+
+    restored = api.post(f"{url}/restore")
+
+    assert restored.status_code == HTTPStatus.OK
+    assert restored.json()["title"] == "New name"
+    assert api.get(url).json()["messages"]
+
+
+@pytest.mark.django_db
+def test_a_delete_is_undoable_for_a_while_then_final(api, user, settings):
+    conversation = _titled(user, "old", ("hi", "hello"))
+    url = f"/chat/conversations/{conversation.id}"
+    settings.CHAT_UNDO_DELETE_S = 0
+    assert api.delete(url).status_code == HTTPStatus.NO_CONTENT
+
+    assert_error(api.post(f"{url}/restore"), HTTPStatus.NOT_FOUND, "conversation_not_found")
+    # The next delete purges what can no longer be restored, messages and all.
+    other = _titled(user, "other", ("x",))
+    api.delete(f"/chat/conversations/{other.id}")
+    assert not Conversation.objects.filter(pk=conversation.id).exists()
+    assert not Message.objects.filter(conversation_id=conversation.id).exists()
 
 
 @pytest.mark.django_db
@@ -463,8 +502,10 @@ def test_renaming_keeps_the_conversation_in_its_place(api, user):
 
 
 @pytest.mark.django_db
-def test_deleting_a_conversation_forgets_its_long_term_memory(api, user, knowledge):
+def test_deleting_a_conversation_forgets_its_long_term_memory(api, user, knowledge, settings):
     from agent.knowledge.store import query_texts, upsert_texts
+
+    settings.CHAT_UNDO_DELETE_S = 0
 
     mine = _titled(user, "mine", ("My name is Ada.",))
     other = _titled(user, "other", ("My name is Bob.",))
@@ -475,6 +516,7 @@ def test_deleting_a_conversation_forgets_its_long_term_memory(api, user, knowled
         metadatas=[{"conversation_id": str(mine.id)}, {"conversation_id": str(other.id)}],
     )
     assert api.delete(f"/chat/conversations/{mine.id}").status_code == HTTPStatus.NO_CONTENT
+    conversations_purge(user=user)
     assert (
         query_texts("agent_memory", text="name", n=5, where={"conversation_id": str(mine.id)}) == []
     )

@@ -43,7 +43,8 @@ def send(page: Any, text: str, route: str = "auto") -> None:
 
 def answered(page: Any, count: int = 1) -> None:
     page.wait_for_function(
-        f"document.querySelectorAll('.turn.assistant .answer-body .markdown').length >= {count}"
+        "document.querySelectorAll('.turn.assistant .answer-body .markdown:not(.streamed)')"
+        f".length >= {count}"
     )
 
 

@@ -170,6 +170,7 @@ def test_a_recorded_agent_run_reads_as_its_steps_with_their_messages(superuser, 
             "sequence",
             "step_seq",
             "status",
+            "outcome",
             "timed",
             "raw",
         }

@@ -9,6 +9,7 @@ import pytest
 
 from chat.debug import DebugEntry, DebugGroup, DebugView
 from chat.debug_layout import MIN_GROUP_S, panel_layout
+from traces.outcomes import step_outcome
 
 
 def entry(key: str, *, started: str | None = None, **fields: Any) -> DebugEntry:
@@ -30,6 +31,7 @@ def entry(key: str, *, started: str | None = None, **fields: Any) -> DebugEntry:
         "sequence": None,
         "step_seq": None,
         "status": "completed",
+        "outcome": step_outcome("thought", "completed", "", {}).as_dict(),
         "timed": started is not None,
         "raw": {},
     }

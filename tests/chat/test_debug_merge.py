@@ -66,7 +66,8 @@ class Conversation:
         text: str = "question",
     ) -> AgentRun:
         """A run with its trace's goal step (whose id is the run's, as ``run_create`` writes
-        it), asked ``text``: its user message is stored with it."""
+        it, holding the run's ``error`` as the recorder writes it), asked ``text``: its user
+        message is stored with it."""
         run = AgentRun(
             id=uuid.uuid4(),
             trace_id=uuid.uuid4(),
@@ -75,7 +76,6 @@ class Conversation:
             status=status,
             input=text,
             model="fake-model",
-            error=error,
             error_code=error_code,
             created_at=self.tick(),
             started_at=at(self.clock + 0.1),
@@ -90,6 +90,7 @@ class Conversation:
             id=run.id,
             name="task",
             description=text,
+            error=error,
             status="running" if status == "running" else "completed",
             started_at=at(self.clock),
         )
@@ -427,12 +428,14 @@ def test_a_failed_run_ends_with_its_error():
     )
     assert set(error.raw) == {"run"}
     assert view.groups[0].status == "failed"
-    assert view.counts["error"] == 1
+    # The request too: its goal step holds the run's error, so its outcome is failed.
+    assert [e.label for e in entries(view) if "error" in e.filters] == ["User", "Error"]
+    assert view.counts["error"] == 2
 
 
 def test_a_cancelled_run_keeps_what_it_did_and_says_it_was_cancelled():
     c = Conversation()
-    run = c.run(status="cancelled", error="Cancelled.")
+    run = c.run(status="cancelled")  # the recorder writes no error: it is derived
     c.iteration(run)
     thought = c.thought(run)  # cancelled during the next model call: no message
     view = c.view()
@@ -624,7 +627,6 @@ def test_a_run_with_no_messages_gets_its_group_in_creation_order():
         status="cancelled",
         input="never asked",
         model="fake-model",
-        error="Cancelled.",
         error_code="",
         created_at=c.tick(),
     )

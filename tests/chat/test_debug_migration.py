@@ -15,12 +15,13 @@ from chat.debug import conversation_debug
 from chat.models import Message
 
 BEFORE = [("chat", "0002_memorysummary")]
-AFTER = [("chat", "0003_message_step")]
 
 
-def migrate(targets: list[tuple[str, str]]) -> Any:
-    """Migrate to ``targets``; returns the apps as they were there."""
+def migrate(targets: list[tuple[str, str]] | None = None) -> Any:
+    """Migrate to ``targets`` (the latest migrations when None: the models the tests use);
+    returns the apps as they were there."""
     executor = MigrationExecutor(connection)
+    targets = targets or executor.loader.graph.leaf_nodes()
     executor.migrate(targets)
     return executor.loader.project_state(targets).apps
 
@@ -59,7 +60,7 @@ def test_old_metadata_step_ids_become_the_foreign_key_where_the_step_exists(supe
                 metadata=value,
             )
     finally:
-        migrate(AFTER)
+        migrate()
 
     stored = list(Message.objects.filter(conversation_id=conversation.id).order_by("sequence"))
     assert [m.step_id for m in stored] == [thought.id, result.id] + [None] * 8

@@ -158,15 +158,18 @@ def test_a_failed_run_keeps_the_user_message_and_its_transcript(api, user, memor
     response = post(api, "/agent", {"message": "hi", "conversation_id": str(conversation.id)})
 
     assert response.status_code == HTTPStatus.BAD_GATEWAY
-    (message,) = conversation.messages.all()
+    message, answer = conversation.messages.all()
     assert (message.role, message.content) == (MessageRole.USER, "hi")
+    # The run's answer turn, empty: it wrote nothing before it failed.
+    assert (answer.role, answer.content, answer.parent_id) == ("assistant", "", message.id)
     run = AgentRun.objects.get(pk=response.json()["error"]["details"]["run_id"])
+    assert answer.run_id == run.id
     assert run.status == "failed"
-    assert run.error
+    assert Step.objects.get(pk=run.id).error == response.json()["error"]["message"]
 
 
 @pytest.mark.django_db
-def test_the_cache_extends_contiguous_windows_and_rereads_after_a_gap(user):
+def test_the_cache_extends_its_branch_and_rereads_after_another_write(user):
     conversation = conversation_create(owner=user)
     memory = ShortTermMemory(turns=2, conversations=2)
     stored = messages_append(
@@ -174,7 +177,7 @@ def test_the_cache_extends_contiguous_windows_and_rereads_after_a_gap(user):
         messages=[NewMessage(role="user", content=f"m{n}") for n in range(1, 5)],
     )
 
-    turns, cached = memory.window(conversation.id, through_sequence=4)
+    turns, cached = memory.window(conversation.id, through_id=stored[-1].id)
     assert ([t.content for t in turns], cached) == (["m2", "m3", "m4"], False)
 
     more = messages_append(
@@ -185,40 +188,67 @@ def test_the_cache_extends_contiguous_windows_and_rereads_after_a_gap(user):
         ],
     )
     memory.appended(conversation.id, more)
-    turns, cached = memory.window(conversation.id, through_sequence=6)
+    turns, cached = memory.window(conversation.id, through_id=more[-1].id)
     assert ([t.content for t in turns], cached) == (["m3", "m4", "m6"], True)
 
-    # Another worker wrote sequence 7; this one appends 8: the gap drops the window.
+    # Another worker wrote m7; this one appends m8, which does not follow the cached window.
     messages_append(conversation_id=conversation.id, messages=[NewMessage("user", "m7")])
     eighth = messages_append(conversation_id=conversation.id, messages=[NewMessage("user", "m8")])
     memory.appended(conversation.id, eighth)
-    turns, cached = memory.window(conversation.id, through_sequence=8)
+    turns, cached = memory.window(conversation.id, through_id=eighth[0].id)
     assert ([t.content for t in turns], cached) == (["m6", "m7", "m8"], False)
-    assert stored[0].sequence == 1
+
+
+@pytest.mark.django_db
+def test_the_window_is_the_branch_of_the_new_message(user):
+    """An edited message's window holds the turns before the message it replaces, not what
+    followed that message."""
+    conversation = conversation_create(owner=user)
+    memory = ShortTermMemory(turns=5, conversations=2)
+    first = messages_append(
+        conversation_id=conversation.id,
+        messages=[NewMessage("user", "q1"), NewMessage("assistant", "a1")],
+    )
+    abandoned = messages_append(
+        conversation_id=conversation.id,
+        messages=[NewMessage("user", "q2"), NewMessage("assistant", "a2")],
+    )
+    (edited,) = messages_append(
+        conversation_id=conversation.id,
+        messages=[NewMessage("user", "q2, edited", parent_id=first[-1].id, follows_tip=False)],
+    )
+    memory.window(conversation.id, through_id=abandoned[-1].id)
+
+    turns, cached = memory.window(conversation.id, through_id=edited.id)
+
+    assert ([t.content for t in turns], cached) == (["q1", "a1", "q2, edited"], False)
 
 
 @pytest.mark.django_db
 def test_the_cache_holds_at_most_its_capacity_of_conversations(user):
     memory = ShortTermMemory(turns=1, conversations=2)
     conversations = [conversation_create(owner=user) for _ in range(3)]
+    firsts = []
     for conversation in conversations:
-        messages_append(conversation_id=conversation.id, messages=[NewMessage("user", "hi")])
-        memory.window(conversation.id, through_sequence=1)
+        firsts += messages_append(
+            conversation_id=conversation.id, messages=[NewMessage("user", "hi")]
+        )
+        memory.window(conversation.id, through_id=firsts[-1].id)
 
     assert len(memory) == 2
-    assert memory.window(conversations[0].id, through_sequence=1)[1] is False
-    assert memory.window(conversations[2].id, through_sequence=1)[1] is True
+    assert memory.window(conversations[0].id, through_id=firsts[0].id)[1] is False
+    assert memory.window(conversations[2].id, through_id=firsts[2].id)[1] is True
 
 
 @pytest.mark.django_db
-def test_the_cache_knows_when_it_holds_a_whole_conversation(user):
+def test_the_cache_knows_when_it_holds_a_whole_branch(user):
     memory = ShortTermMemory(turns=2, conversations=2)
     conversation = conversation_create(owner=user)
-    assert not memory.holds_whole(conversation.id, through_sequence=0)  # nothing cached
-    first = messages_append(conversation_id=conversation.id, messages=[NewMessage("user", "m1")])
-    memory.window(conversation.id, through_sequence=1)
-    assert memory.holds_whole(conversation.id, through_sequence=1)
-    assert not memory.holds_whole(conversation.id, through_sequence=2)  # written elsewhere since
+    (first,) = messages_append(conversation_id=conversation.id, messages=[NewMessage("user", "m1")])
+    assert not memory.holds_whole(conversation.id, through_id=first.id)  # nothing cached
+    memory.window(conversation.id, through_id=first.id)
+    assert memory.holds_whole(conversation.id, through_id=first.id)
+    assert not memory.holds_whole(conversation.id, through_id=uuid.uuid4())  # another branch
 
     more = messages_append(
         conversation_id=conversation.id,
@@ -226,8 +256,7 @@ def test_the_cache_knows_when_it_holds_a_whole_conversation(user):
     )
     memory.appended(conversation.id, more)
     # Three turns fill the window (2 + the newest): older turns may exist beyond it.
-    assert not memory.holds_whole(conversation.id, through_sequence=3)
-    assert first[0].sequence == 1
+    assert not memory.holds_whole(conversation.id, through_id=more[-1].id)
 
 
 async def test_consolidation_asks_the_database_only_when_turns_may_have_left_the_window(
@@ -235,7 +264,7 @@ async def test_consolidation_asks_the_database_only_when_turns_may_have_left_the
 ) -> None:
     asked: list[uuid.UUID] = []
 
-    def pending(conversation_id: uuid.UUID, config: Any) -> list[Turn]:
+    def pending(conversation_id: uuid.UUID, through_id: Any, config: Any) -> list[Turn]:
         asked.append(conversation_id)
         return []
 
@@ -243,15 +272,15 @@ async def test_consolidation_asks_the_database_only_when_turns_may_have_left_the
     cache = short_term_memory()
     whole, full = uuid.uuid4(), uuid.uuid4()
     monkeypatch.setattr(
-        cache, "holds_whole", lambda conversation_id, *, through_sequence: conversation_id == whole
+        cache, "holds_whole", lambda conversation_id, *, through_id: conversation_id == whole
     )
     llm = get_llm()
 
-    assert await consolidate(conversation_id=whole, llm=llm, through_sequence=3) is None
+    assert await consolidate(conversation_id=whole, llm=llm, through_id=uuid.uuid4()) is None
     assert asked == []
-    assert await consolidate(conversation_id=full, llm=llm, through_sequence=9) is None
+    assert await consolidate(conversation_id=full, llm=llm, through_id=uuid.uuid4()) is None
     assert await consolidate(conversation_id=whole, llm=llm) is None
-    assert asked == [full, whole]  # without a sequence the cache cannot vouch for anything
+    assert asked == [full, whole]  # without a turn the cache cannot vouch for anything
 
 
 # --- long-term ----------------------------------------------------------------------------------
@@ -345,6 +374,30 @@ def test_memories_never_cross_conversations(api, user, other_user, other_api, me
     assert not Message.objects.filter(conversation=theirs, kind=MessageKind.MEMORY).exists()
 
 
+@pytest.mark.django_db
+def test_a_forked_branch_recalls_nothing_the_abandoned_branch_said(api, user, memory):
+    conversation = conversation_create(owner=user)
+    fill(api, conversation, FACTS[:5])
+    assert MemorySummary.objects.filter(conversation=conversation).exists()
+    first = Message.objects.filter(conversation=conversation, role="user").earliest("sequence")
+
+    edited = post(
+        api,
+        f"/chat/messages/{first.id}/edit",
+        {"message": "Let us talk about something else.", "use_agent": True},
+    )
+    assert edited.status_code == HTTPStatus.OK, edited.content
+    bodies = fill(api, conversation, ["It is sunny today.", "Who maintains the billing service?"])
+
+    # The new branch is longer than the window, so the store is asked; the summary of the
+    # other branch is not recalled.
+    (short, long_term) = steps_of(bodies[-1], "memory_read")
+    assert short.data["turns"] == 4
+    assert long_term.data["searched"] is True
+    assert long_term.data["facts"] == []
+    assert not Message.objects.filter(run_id=bodies[-1]["run_id"], kind=MessageKind.MEMORY).exists()
+
+
 @pytest.mark.django_db(transaction=True)
 def test_long_term_memory_survives_a_process_restart(api, user, memory, knowledge):
     conversation = conversation_create(owner=user)
@@ -355,8 +408,10 @@ def test_long_term_memory_survives_a_process_restart(api, user, memory, knowledg
     code = (
         "import asyncio, uuid\n"
         "from chat.memory import recall\n"
-        f"r = asyncio.run(recall(conversation_id=uuid.UUID('{conversation.id}'), "
-        "before_sequence=11, query='billing service'))\n"
+        "from chat.services import NewMessage, messages_append\n"
+        f"c = uuid.UUID('{conversation.id}')\n"
+        "(m,) = messages_append(conversation_id=c, messages=[NewMessage('user', 'Billing?')])\n"
+        "r = asyncio.run(recall(conversation_id=c, asked_id=m.id, query='billing service'))\n"
         "print('\\n'.join(r.facts))\n"
     )
     output = manage(

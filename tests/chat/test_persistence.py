@@ -11,9 +11,9 @@ from http import HTTPStatus
 import pytest
 
 from agent.models import AgentRun
-from chat.markdown import render_markdown
 from chat.models import Message
 from chat.turns import chat_turn_start
+from devassist.markdown import render_markdown
 from tests.agent.test_agent_api import post
 from traces.models import Step
 
@@ -55,18 +55,27 @@ async def test_the_user_message_is_stored_before_the_run_starts(user, scripted):
 
 
 @pytest.mark.django_db
-def test_a_failed_run_keeps_the_user_message_and_stores_its_error(api, scripted):
+def test_a_failed_run_keeps_the_user_message_and_stores_its_error(api, client, user, scripted):
     scripted.script([{"status": 500, "message": "boom"}] * 3)
     body = post(api, "/chat", {"message": "hello", "use_agent": False}).json()
     assert body["error"]["code"] == "llm_unavailable"
     run = AgentRun.objects.get(pk=body["error"]["details"]["run_id"])
     assert (run.status, run.mode) == ("failed", "chat")
-    assert run.error
+    goal = Step.objects.get(pk=run.id)
+    assert goal.error == body["error"]["message"]
     shown = api.get(f"/chat/conversations/{run.conversation_id}").json()["messages"]
+    # The run's answer turn, empty (nothing was written), carries the failure too.
     assert [(m["role"], m["content"], m["run_status"]) for m in shown] == [
-        ("user", "hello", "failed")
+        ("user", "hello", "failed"),
+        ("assistant", "", "failed"),
     ]
-    assert shown[0]["error"] == run.error
+    assert shown[0]["error"] == shown[1]["error"] == goal.error
+    assert api.get(f"/api/runs/{run.id}").json()["error"] == goal.error
+    client.force_login(user)
+    page = client.get(f"/c/{run.conversation_id}/").content.decode()
+    answer = client.get(f"/ui/chat/runs/{run.id}/answer").content.decode()
+    for html in (page, answer):
+        assert f"Failed: {goal.error}" in html
 
 
 @pytest.mark.parametrize(
@@ -93,19 +102,29 @@ def test_markdown_highlights_code_and_offers_run_for_python_only():
 
 @pytest.mark.django_db
 def test_the_page_renders_stored_hostile_text_inertly(client, user, scripted):
-    scripted.script(['Here <script>alert(1)</script> <div hx-get="/x">y</div>'])
+    """The hostile turn's page has exactly the live markup (the page's own actions) of the
+    same turn in plain words."""
+    scripted.script(['Here <script>alert(1)</script> <div hx-get="/x">y</div>', "Here y"])
     client.force_login(user)
 
-    body = client.post(
-        "/chat",
-        data=json.dumps({"message": '<img src=x onerror="alert(2)">', "use_agent": False}),
-        content_type="application/json",
-    ).json()
-    page = client.get(f"/c/{body['conversation_id']}/")
-    assert page.status_code == HTTPStatus.OK
-    content = page.content.decode()
-    messages = content[content.index('id="messages"') : content.index('id="composer"')]
-    assert live_markup(messages) == []
+    def messages_of(message: str) -> tuple[dict[str, str], str]:
+        body = client.post(
+            "/chat",
+            data=json.dumps({"message": message, "use_agent": False}),
+            content_type="application/json",
+        ).json()
+        page = client.get(f"/c/{body['conversation_id']}/")
+        assert page.status_code == HTTPStatus.OK
+        content = page.content.decode()
+        return body, content[content.index('id="messages"') : content.index('id="composer"')]
+
+    body, messages = messages_of('<img src=x onerror="alert(2)">')
+    _, plain = messages_of("img src x")
+    assert live_markup(messages) == live_markup(plain)
+    assert all(
+        found.endswith(("[hx-post]", "[hx-target]", "[hx-swap]", "[hx-include]", "[hx-vals]"))
+        for found in live_markup(messages)
+    )
     assert "&lt;img src=x onerror=&quot;alert(2)&quot;&gt;" in messages
     answer = client.get(f"/ui/chat/runs/{body['run_id']}/answer").content.decode()
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in answer
@@ -141,7 +160,9 @@ def test_a_rag_answer_shows_its_route_model_and_sources_once(client, user, scrip
     content = client.get(f"/c/{body['conversation_id']}/").content.decode()
     assert '<span class="badge route-rag">RAG</span>' in content
     assert '<span class="muted model">fake-model</span>' in content
-    assert content.count("sandbox.md#") == 1
+    # Once: in the sources under the answer, a link to the chunk's page.
+    assert content.count(">sandbox.md#1<") == 1
+    assert content.count('href="/docs/guide_docs/sandbox.md#chunk-1"') == 1
     assert '<div class="sources"><h4>Sources</h4>' in content
     answer = client.get(f"/ui/chat/runs/{body['run_id']}/answer").content.decode()
     assert "Sources:" not in answer

@@ -9,7 +9,7 @@ from django.db import connection
 
 from chat.exceptions import ConversationNotFound
 from chat.models import Conversation, MessageKind
-from chat.selectors import conversation_get_for, turns_through
+from chat.selectors import branch_turns, conversation_get_for
 from chat.services import NewMessage, conversation_create, messages_append, title_from
 
 
@@ -99,7 +99,7 @@ def test_turns_leave_run_steps_out(user):
         ],
     )
 
-    turns = turns_through(conversation_id=conversation.id, through_sequence=4, limit=10)
+    turns = branch_turns(conversation_id=conversation.id, through_id=None, limit=10)
 
     assert [(m.role, m.content, m.sequence) for m in turns] == [
         ("user", "q", 1),

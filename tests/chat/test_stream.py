@@ -4,6 +4,7 @@ per line; re-attaching with ``Last-Event-ID``; someone else's run is 404."""
 
 from __future__ import annotations
 
+import json
 from http import HTTPStatus
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from agent.models import AgentRun
 from chat.turns import chat_turn_start
 from chat.views import sse_frame, step_view
 from tests.chat.test_persistence import live_markup
+from traces.models import Step
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -72,7 +74,10 @@ async def test_a_finished_run_answers_at_once_with_escaped_html(user, scripted):
     assert "<script" not in text
     done = events[-1][2]
     assert "<strong>done</strong>" in done
-    assert live_markup(done) == []
+    # The answer is inert; what follows it is the turn's own header and actions, swapped in.
+    body, _, controls = done.partition("<header")
+    assert live_markup(body) == []
+    assert "pwned" not in controls.split('<template class="message-source">')[0]
     assert [seq for seq, _, _ in events] == sorted({seq for seq, _, _ in events})
 
 
@@ -122,7 +127,10 @@ async def test_a_tool_observation_is_escaped_in_its_step_card(
 
     steps = [data for _, name, data in events if name == "step"]
     assert len(steps) == 1
-    card = steps[0]
+    # Live, the finished card replaces its running card (by the card's id, out of band).
+    own = f' id="step-{turn.run.id}-1" hx-swap-oob="true"'
+    assert own in steps[0]
+    card = steps[0].replace(own, "")
     assert card.startswith('<details class="step">')
     assert "\n" in card
     assert "search_docs" in card
@@ -132,6 +140,38 @@ async def test_a_tool_observation_is_escaped_in_its_step_card(
     # The page renders the stored step from the same partial, to the same markup.
     page = await (await signed_in(user)).get(f"/c/{turn.run.conversation_id}/")
     assert card in page.content.decode()
+
+
+async def test_a_running_tools_card_and_output_are_escaped_and_aimed_at_its_card(
+    user, scripted, sandbox_image
+):
+    code = f"import sys\nprint({HOSTILE!r}, flush=True)\nprint('</pre>oops', file=sys.stderr)"
+    scripted.script(
+        [
+            "Thought: print\nAction: tool:execute_code\nargs: " + json.dumps({"code": code}),
+            "Thought: done\nAction: final: Printed.",
+        ]
+    )
+    turn = await chat_turn_start(user=user, message="run it", use_agent=True)
+    await turn.task
+    events = await stream(await signed_in(user), turn.run.id)
+
+    names = [name for _, name, _ in events]
+    assert names.index("step_started") < names.index("output") < names.index("step")
+    running = next(data for _, name, data in events if name == "step_started")
+    assert running.startswith(f'<details class="step running" id="step-{turn.run.id}-1" open>')
+    assert "execute_code" in running
+    assert "&lt;script&gt;" in running  # the arguments, escaped
+    assert live_markup(running) == []
+    action = await Step.objects.aget(trace__run=turn.run, step_type="action")
+    outputs = {
+        data.split('"')[1]: data for _, name, data in events if name == "output"
+    }  # the swap's target → the piece
+    stdout = outputs[f"beforeend:#live-{action.id}-stdout"]
+    assert f'id="live-{action.id}-stdout"' in running
+    assert "&lt;script&gt;window.pwned = 1&lt;/script&gt;" in stdout
+    assert live_markup(stdout) == ["span[hx-swap-oob]"]  # the page's own swap, nothing else
+    assert "&lt;/pre&gt;oops" in outputs[f"beforeend:#live-{action.id}-stderr"]
 
 
 async def test_a_page_loaded_mid_run_shows_the_run_as_a_live_turn(user, scripted):
@@ -268,7 +308,7 @@ def test_a_program_result_shows_its_streams_exit_code_and_flags_escaped():
     assert "output truncated" in html
     assert "timed out" not in html
     assert "&lt;i&gt;think&lt;/i&gt;" in html
-    assert "print(&#x27;&lt;script&gt;&#x27;)" in html
+    assert "<span class=\"tok-s1\">'&lt;script&gt;'</span>" in html  # highlighted
 
 
 def test_a_text_observation_a_legacy_one_and_search_results_render_escaped():

@@ -459,9 +459,11 @@ def poisoned_world(owner: User) -> dict[str, Any]:
         data=WORST, description=WORST_TEXT, error=WORST_TEXT, name=WORST_TEXT[:200]
     )
     TraceEvent.objects.filter(trace=trace).update(payload={"event": "x", "worst": WORST})
-    AgentRun.objects.filter(pk=run.pk).update(
-        output=WORST_TEXT, error=WORST_TEXT, tools=[WORST_TEXT]
+    # The run's answer and error are its steps' (the goal's error is set above).
+    Step.objects.filter(trace=trace, step_type="response").update(
+        data={**WORST, "answer": WORST_TEXT}
     )
+    AgentRun.objects.filter(pk=run.pk).update(tools=[WORST_TEXT])
     done = RunEvent.objects.get(run=run, type="done")
     RunEvent.objects.filter(pk=done.pk).update(seq=F("seq") + 1)
     RunEvent.objects.create(run=run, seq=done.seq, type="step", payload=step_event(WORST))
@@ -567,6 +569,7 @@ def test_rows_holding_the_worst_accepted_values_break_no_read(user: User, staff_
     assert [event["type"] for event in events][-1] == "done"
     (step_event,) = [event for event in events if event["type"] == "step"]
     assert step_event["tool_args"] == {"worst": WORST}
+    assert json.loads(bodies["run"])["answer"] == WORST_TEXT  # the response step's
 
 
 @pytest.mark.django_db

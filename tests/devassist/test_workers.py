@@ -2,7 +2,7 @@
 test Redis. A run started on worker A is followed, watched and cancelled through worker B, with
 its events arriving on B while it runs; a worker killed mid-run (``kill -9``) loses nothing: its
 run fails with ``worker_lost`` through the other worker, the run's trace fails, every stream
-that follows it ends, and the lists still load.
+that follows it ends, the lists still load, and the run's sandbox container is removed.
 
 The model is ``FakeOpenAI`` with delays (a slow model: only the sandbox container's test needs
 Docker); each worker pair has a ``CHANNELS_PREFIX`` of its own, so nothing else on the test
@@ -30,7 +30,7 @@ from django.contrib.auth.models import User
 from websockets.asyncio.client import connect
 
 from devassist.tokens import api_token_create
-from sandbox.backends.docker import LABEL_PID
+from sandbox.backends.docker import LABEL_OWNER, LABEL_PID
 from sandbox.engine import docker_client
 from tests.agent.fake_openai import FakeOpenAI
 from tests.browser import live_server_env
@@ -505,3 +505,55 @@ async def test_run_of_a_killed_worker_fails_with_worker_lost_through_b(
     assert listed[trace_id] == "failed"
     assert conversations.status_code == HTTPStatus.OK, conversations.text
     assert meta["conversation_id"] in {c["id"] for c in conversations.json()["conversations"]}
+
+
+def containers_of_run(run_id: str) -> list[str]:
+    """The names of the run's sandbox containers (labelled with its id)."""
+    client = docker_client(timeout_s=10)
+    try:
+        listed = client.api.containers(all=True, filters={"label": [f"{LABEL_OWNER}={run_id}"]})
+    finally:
+        client.close()
+    return [entry["Names"][0] for entry in listed]
+
+
+@pytest.mark.docker
+@pytest.mark.django_db(transaction=True)
+async def test_the_sandbox_container_of_a_killed_workers_run_is_removed_through_b(
+    sandbox_image: str, django_db_blocker: Any, tmp_path: Path, token: str
+):
+    """``kill -9`` of worker A while its run's code sleeps in the run's container (which keeps
+    the state of the run's calls): B fails the run with ``worker_lost`` and removes that
+    container, found by the run's id, long before it would expire or any reaper's round."""
+    first = json.dumps({"code": "x = 1"})
+    sleep = json.dumps({"code": "import time\ntime.sleep(60)", "timeout_s": 60})
+    with (
+        FakeOpenAI() as model,
+        two_workers(
+            django_db_blocker, model, tmp_path, RUN_HEARTBEAT_S="1", RUN_LEASE_S="3"
+        ) as pair,
+    ):
+        model.script(
+            [
+                f"Thought: set\nAction: tool:execute_code\nargs: {first}",
+                f"Thought: wait\nAction: tool:execute_code\nargs: {sleep}",
+            ]
+        )
+        on_a = Received()
+        body = {"message": "sleep", "tools": ["execute_code"]}
+        async with api(pair.a, token) as a, api(pair.b, token) as b:
+            async with Readers() as readers:
+                meta = await readers.run(a, "/agent?stream=true", body, on_a)
+                run_id = meta["run_id"]
+                await until(lambda: on_a.has("step"), "the first call's step", timeout_s=60)
+                await until(lambda: on_a.types().count("step_started") == 2, "the second call")
+                assert len(containers_of_run(run_id)) == 1
+                pair.process_a.kill()  # kill -9
+                pair.process_a.wait(timeout=10)
+                killed_at = time.monotonic()
+            await until(lambda: not containers_of_run(run_id), "the container's removal")
+            removed_in = time.monotonic() - killed_at
+            run = (await b.get(f"/api/runs/{run_id}")).json()
+
+    assert removed_in < LOST_WITHIN_S, f"removed {removed_in:.1f} s after the kill"
+    assert (run["status"], run["error_code"]) == ("failed", "worker_lost"), run

@@ -18,6 +18,7 @@ from sandbox.engine import docker_client
 from sandbox.exceptions import ImageError
 from sandbox.health import docker_status
 from sandbox.image import (
+    BASE_PACKAGES,
     DOCKERFILE,
     LABEL_METHOD,
     LABEL_PACKAGES,
@@ -26,6 +27,7 @@ from sandbox.image import (
     LABEL_SUITE,
     debian_mirror,
     dockerfile_config_changes,
+    dockerfile_run_steps,
     image_recipe,
     parse_apt_sources,
     parse_deb822_sources,
@@ -33,6 +35,7 @@ from sandbox.image import (
     recipe_tag,
     sandbox_image_ref,
 )
+from sandbox.kernel_program import FONT_CACHE
 from tests.conftest import require
 
 DEB822 = """\
@@ -226,7 +229,23 @@ def test_image_ref_follows_the_settings(settings: Any) -> None:
     assert re.fullmatch(r"devassist-sandbox:[0-9a-f]{12}", plain)
     assert with_curl != plain
     assert sandbox_image_ref() == "registry.example/sandbox:" + with_curl.split(":")[1]
-    assert image_recipe().packages == ("python3", "curl")
+    assert image_recipe().packages == (*BASE_PACKAGES, "curl")
+
+
+def test_the_data_stack_is_in_every_recipe(settings: Any) -> None:
+    settings.SANDBOX_EXTRA_PACKAGES = ["python3-numpy", "python3-scipy"]
+
+    packages = image_recipe().packages
+
+    assert packages[:5] == (
+        "python3",
+        "python3-numpy",
+        "python3-pandas",
+        "python3-matplotlib",
+        "python3-munkres",
+    )
+    assert packages.count("python3-numpy") == 1
+    assert packages[-1] == "python3-scipy"
 
 
 @pytest.mark.parametrize("name", ["bad;rm -rf /", "Upper", "-x", "a b"])
@@ -245,6 +264,28 @@ def test_offline_image_gets_the_dockerfile_config() -> None:
     assert 'CMD ["python3"]' in changes
     assert any(change.startswith("ENV PATH=") for change in changes)
     assert not [c for c in changes if c.split()[0] in {"RUN", "ARG", "FROM"}]
+
+
+def test_offline_build_runs_the_dockerfiles_own_run_lines() -> None:
+    """Both build methods install the packages and build the font cache with the same
+    commands: the offline build runs the Dockerfile's RUN lines in its root."""
+    steps = dockerfile_run_steps(DOCKERFILE.read_text())
+
+    assert len(steps) == 2
+    install, fonts = steps
+    assert "apt-get install -y --no-install-recommends $PACKAGES" in install
+    assert "find /usr/lib/python3/dist-packages -depth -type d -name tests" in install
+    assert "\n" not in install
+    assert fonts.startswith(f"MPLCONFIGDIR={FONT_CACHE} ")
+
+
+def test_run_lines_are_read_after_the_last_from_with_continuations_joined() -> None:
+    text = (
+        "FROM a\nRUN echo before\nFROM b\n# RUN in a comment\nRUN one \\\n"
+        "    # a comment inside\n    two\nENV X=1\nRUN three\n"
+    )
+
+    assert dockerfile_run_steps(text) == ["one two", "three"]
 
 
 # Commands
@@ -345,6 +386,50 @@ def test_image_runs_python_from_stdin_as_nobody_in_tmp(built_image: str) -> None
         client.close()
 
     assert output.decode().split() == ["42", "65534", "65534", "/tmp"]
+
+
+def test_image_has_numpy_pandas_matplotlib_on_agg_with_its_font_cache(built_image: str) -> None:
+    code = (
+        "import json, os, importlib.util as u; import numpy, pandas, matplotlib; "
+        "print(json.dumps({'backend': matplotlib.get_backend(), "
+        f"'cache': sorted(os.listdir({FONT_CACHE!r})), "
+        "'scipy': u.find_spec('scipy') is not None, "
+        "'tests': os.path.exists(os.path.dirname(pandas.__file__) + '/tests')}))"
+    )
+    client = docker_client()
+    try:
+        output = client.containers.run(
+            built_image, ["python3", "-I", "-c", code], network_disabled=True, remove=True
+        )
+    finally:
+        client.close()
+
+    found = json.loads(output)
+    assert found["backend"].lower() == "agg"
+    assert any(name.startswith("fontlist-") for name in found["cache"]), found
+    assert found["scipy"] is False  # python3-munkres keeps it (and a C++ toolchain) out
+    assert found["tests"] is False
+
+
+def test_a_build_that_finds_its_image_points_latest_at_it(built_image: str) -> None:
+    """``latest`` left on another recipe's image (a settings change, another checkout on the
+    same engine) is moved back by the next build, even one with nothing to build."""
+    repository = built_image.rsplit(":", 1)[0]
+    client = docker_client()
+    # An empty root filesystem: an image that is certainly not the sandbox's.
+    empty = io.BytesIO(b"\0" * 1024)
+    other = unique_repository()
+    try:
+        client.api.import_image_from_data(empty.getvalue(), repository=other, tag="x")
+        client.api.tag(f"{other}:x", repository, "latest")
+        assert client.images.get(f"{repository}:latest").id != client.images.get(built_image).id
+
+        call_command("sandbox_image", "build", stdout=io.StringIO())
+
+        assert client.images.get(f"{repository}:latest").id == client.images.get(built_image).id
+    finally:
+        client.api.remove_image(f"{other}:x", force=True)
+        client.close()
 
 
 def test_image_is_labelled_and_configured(built_image: str) -> None:

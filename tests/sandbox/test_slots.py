@@ -18,7 +18,8 @@ from django.core.exceptions import ImproperlyConfigured
 from django.test import AsyncClient
 
 from agent.exceptions import ToolFailed
-from agent.loop import LoopConfig, _run_tool
+from agent.loop import LoopConfig, _result_of
+from agent.protocols import Call
 from agent.tools import ToolContext, default_registry
 from devassist.api import http_status
 from sandbox.exceptions import SandboxBusy
@@ -194,9 +195,8 @@ async def test_the_tool_tells_the_model_that_the_sandbox_is_busy(slots, user, sa
     with get_sandbox_slots().claim(user.pk):
         with pytest.raises(ToolFailed) as failed:
             await tools.call("execute_code", {"code": "print(1)"}, context)
-        observation = await _run_tool(
-            tools, "execute_code", {"code": "print(1)"}, context, LoopConfig()
-        )
+        call = Call(name="execute_code", args={"code": "print(1)"}, raw="")
+        observation = await _result_of(tools, call, context, LoopConfig())
     assert failed.value.details["code"] == "sandbox_busy"
     assert failed.value.details["user_slots"] == 1
     assert "code execution is busy" in failed.value.message

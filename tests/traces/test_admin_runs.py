@@ -14,7 +14,7 @@ from chat.models import Conversation, Message
 from chat.services import NewMessage, conversation_create, messages_append
 from tests.traces.admin_pages import change_url, count_queries
 from tests.traces.factories import add, make_trace, step
-from traces.models import Step
+from traces.models import Step, Trace
 
 SCRIPT = "<script>alert(1)</script>"
 
@@ -121,3 +121,26 @@ def test_the_run_list_filters_and_searches(admin_client: Client, user: User) -> 
     assert failed.context["cl"].result_count == 1
     assert searched.context["cl"].result_count == 1
     assert queued.context["cl"].result_count == 0
+
+
+def test_a_run_page_shows_its_answer_and_its_error_from_its_steps(
+    admin_client: Client, user: User, other_user: User
+) -> None:
+    completed = run_with_messages(user)
+    assert completed.trace_id is not None
+    goal = Step.objects.get(trace_id=completed.trace_id)
+    add(
+        Trace.objects.get(pk=completed.trace_id),
+        step("response", parent=goal, data={"answer": "forty-two"}),
+    )
+    AgentRun.objects.filter(pk=completed.pk).update(status="completed")
+    failed = run_with_messages(other_user)
+    Step.objects.filter(trace__run=failed).update(status="failed", error=f"down {SCRIPT}")
+    AgentRun.objects.filter(pk=failed.pk).update(status="failed")
+
+    completed_page = admin_client.get(change_url(completed)).content.decode()
+    failed_page = admin_client.get(change_url(failed)).content.decode()
+
+    assert "forty-two" in completed_page
+    assert SCRIPT not in failed_page
+    assert "down &lt;script&gt;alert(1)&lt;/script&gt;" in failed_page

@@ -5,6 +5,7 @@ step recorded through the ingestion API appearing live."""
 from __future__ import annotations
 
 import re
+import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -203,8 +204,145 @@ def test_a_step_recorded_through_the_api_appears_live(page, login, screenshot, a
         api.post(f"/api/traces/{trace.id}/complete", json={"status": "completed"})
 
     page.locator("#trace-status").filter(has_text="completed").wait_for()
-    page.locator(f"#s-{step_id} .status").filter(has_text="completed").wait_for()
+    page.locator(f"#s-{step_id} > .row .outcome.st-ok").filter(has_text="ok").wait_for()
     assert rows(page) == 9
+
+
+def test_new_iterations_arrive_live_opened_as_a_reload_opens_them(
+    page, login, screenshot, app_server
+) -> None:
+    user = login("ada")
+    _, token = api_token_create(user=user, name="agent")
+    trace = react_trace(user, iterations=2)
+    goal = trace.steps.get(step_type="goal")
+    page.goto(f"/traces/{trace.id}/")
+    page.locator("#live-state").filter(has_text="live").wait_for()
+    assert rows(page) == 8
+
+    def post(body: Any) -> list[str]:
+        response = api.post(f"/api/traces/{trace.id}/steps", json=body)
+        assert response.status_code == 201, response.text
+        return [s["step_id"] for s in response.json()["steps"]]
+
+    headers = {"Authorization": f"Bearer {token}"}
+    with httpx.Client(base_url=app_server, headers=headers, timeout=10) as api:
+        # One iteration step by step, as the agent records it: the thought and its running
+        # tool call, then the result.
+        thought_id = str(uuid.uuid4())
+        _, action = post(
+            [
+                {
+                    "id": thought_id,
+                    "parent_id": str(goal.id),
+                    "step_type": "thought",
+                    "name": "iteration 3",
+                },
+                {
+                    "parent_id": thought_id,
+                    "step_type": "action",
+                    "name": "execute_code",
+                    "status": "running",
+                },
+            ]
+        )
+        page.locator(f"#s-{action} .row").wait_for()
+        post({"parent_id": action, "step_type": "result", "name": "execute_code"})
+        api.patch(f"/api/traces/{trace.id}/steps/{action}", json={"status": "completed"})
+        # Another, each step on its own.
+        (thought,) = post({"parent_id": str(goal.id), "step_type": "thought", "name": "iter 4"})
+        (action,) = post({"parent_id": thought, "step_type": "action", "name": "search_docs"})
+        (result,) = post({"parent_id": action, "step_type": "result", "name": "search_docs"})
+        page.locator(f"#s-{result} .row").wait_for()
+        page.locator('[data-total="total_steps"]').filter(has_text="14").wait_for()
+        screenshot("live")
+        live = rows(page)
+        shown = page.evaluate(
+            "Array.from(document.querySelectorAll('#tree li.node')).filter((li) => "
+            "li.offsetParent !== null).map((li) => li.dataset.id)"
+        )
+    page.reload()
+    page.locator("#tree li.node").first.wait_for()
+    assert live == rows(page) == 14
+    assert shown == page.evaluate(
+        "Array.from(document.querySelectorAll('#tree li.node')).filter((li) => "
+        "li.offsetParent !== null).map((li) => li.dataset.id)"
+    )
+
+
+def test_a_child_announced_later_is_placed_even_when_its_rows_come_back_first(
+    page, login, app_server
+) -> None:
+    user = login("ada")
+    _, token = api_token_create(user=user, name="agent")
+    trace = react_trace(user, iterations=1)
+    goal = trace.steps.get(step_type="goal")
+    thought_id = str(uuid.uuid4())
+
+    # The rows of the new thought come back late; its action's, asked for after, would
+    # come back first.
+    def slow_thought_rows(route: Any) -> None:
+        if thought_id in route.request.url:
+            page.wait_for_timeout(800)
+        route.continue_()
+
+    page.route("**/rows/?ids=*", slow_thought_rows)
+    page.goto(f"/traces/{trace.id}/")
+    page.locator("#live-state").filter(has_text="live").wait_for()
+    headers = {"Authorization": f"Bearer {token}"}
+    with httpx.Client(base_url=app_server, headers=headers, timeout=10) as api:
+        steps = f"/api/traces/{trace.id}/steps"
+        thought = {"id": thought_id, "parent_id": str(goal.id), "step_type": "thought"}
+        assert api.post(steps, json=thought).status_code == 201
+        page.wait_for_timeout(400)  # the thought's rows are asked for, and held back
+        action = {"parent_id": thought_id, "step_type": "action", "name": "execute_code"}
+        response = api.post(steps, json=action)
+        assert response.status_code == 201, response.text
+    (action_id,) = [s["step_id"] for s in response.json()["steps"]]
+    page.locator(f"#s-{action_id} .row").wait_for()
+    assert page.locator(f"#s-{thought_id} > ul.children > #s-{action_id}").count() == 1
+    # A request still held back must not outlive the page (its handler would fail later).
+    page.unroute_all(behavior="ignoreErrors")
+
+
+def test_a_child_is_placed_when_its_parents_rows_were_read_before_it_existed(
+    page, login, app_server
+) -> None:
+    """The thought's rows are read at once (it has no children then) but reach the page
+    late; its action, announced meanwhile, still lands under it: the flush that asks for the
+    action's rows settles what to ask for once the thought is in the page, and asks for the
+    thought's rows again, now with a child to open."""
+    user = login("ada")
+    _, token = api_token_create(user=user, name="agent")
+    trace = react_trace(user, iterations=1)
+    goal = trace.steps.get(step_type="goal")
+    thought_id = str(uuid.uuid4())
+
+    held: list[str] = []
+
+    def late_thought_rows(route: Any) -> None:
+        answer = route.fetch()
+        if thought_id in route.request.url and not held:
+            held.append(route.request.url)  # the first answer with the thought: read now, late
+            page.wait_for_timeout(800)
+        route.fulfill(response=answer)
+
+    page.route("**/rows/?ids=*", late_thought_rows)
+    page.goto(f"/traces/{trace.id}/")
+    page.locator("#live-state").filter(has_text="live").wait_for()
+    headers = {"Authorization": f"Bearer {token}"}
+    with httpx.Client(base_url=app_server, headers=headers, timeout=10) as api:
+        steps = f"/api/traces/{trace.id}/steps"
+        thought = {"id": thought_id, "parent_id": str(goal.id), "step_type": "thought"}
+        assert api.post(steps, json=thought).status_code == 201
+        page.wait_for_timeout(400)  # the thought's rows are read, and held back
+        action = {"parent_id": thought_id, "step_type": "action", "name": "execute_code"}
+        response = api.post(steps, json=action)
+        assert response.status_code == 201, response.text
+    (action_id,) = [s["step_id"] for s in response.json()["steps"]]
+    page.locator(f"#s-{action_id} .row").wait_for()
+    assert page.locator(f"#s-{thought_id} > ul.children > #s-{action_id}").count() == 1
+    # A request still held back must not outlive the page (its handler would fail later).
+    page.unroute_all(behavior="ignoreErrors")
 
 
 def test_the_list_filters_and_opens_a_failed_trace(page, login, screenshot) -> None:

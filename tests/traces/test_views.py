@@ -200,12 +200,12 @@ def test_the_list_uses_constant_queries(
 ) -> None:
     for i in range(3):
         make_trace(user, task=f"t{i}")
-    # session, user, the page
-    with django_assert_num_queries(3):
+    # session, user, the page, the user's theme
+    with django_assert_num_queries(4):
         signed_in.get("/traces/")
     for i in range(20):
         make_trace(user, task=f"more {i}")
-    with django_assert_num_queries(3):
+    with django_assert_num_queries(4):
         signed_in.get("/traces/?q=more&status=running")
 
 
@@ -270,10 +270,10 @@ def test_the_trace_page_uses_constant_queries(
 ) -> None:
     small = react_trace(user, iterations=2)
     big = react_trace(user, iterations=40)
-    # session, user, trace, roots, 3 levels, repeated calls
-    with django_assert_num_queries(8):
+    # session, user, trace, roots, 3 levels, repeated calls, the user's theme
+    with django_assert_num_queries(9):
         signed_in.get(f"/traces/{small.id}/")
-    with django_assert_num_queries(8):
+    with django_assert_num_queries(9):
         signed_in.get(f"/traces/{big.id}/")
 
 
@@ -368,8 +368,8 @@ def test_a_deep_link_uses_queries_in_proportion_to_depth_only(
     trace = make_trace(user)
     steps = build_tree(trace, depth=4, fanout=3)
     target = steps[-1]
-    # session, user, trace, target, ranks, roots window, 4 windows, repeated calls
-    with django_assert_num_queries(10):
+    # session, user, trace, target, ranks, roots window, 4 windows, repeated calls, the theme
+    with django_assert_num_queries(11):
         signed_in.get(f"/traces/{trace.id}/?step={target.id}")
 
 

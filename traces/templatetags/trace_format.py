@@ -1,22 +1,35 @@
-"""Formatting of trace figures for the browser: durations, costs and sizes."""
+"""Formatting of trace figures for the browser: durations, costs, sizes, times, outcomes, and
+the stored names of statuses, step types and modes, in the reader's language (the stored
+values stay English: they are data, and the API's)."""
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from django import template
+from django.utils.formats import number_format
+from django.utils.translation import pgettext_lazy
+
+from traces.outcomes import localized_reason, localized_summary, outcome_symbol
 
 register = template.Library()
+
+register.filter("outcome_symbol", outcome_symbol)
+register.filter("outcome_text", localized_summary)
+register.filter("outcome_reason", localized_reason)
 
 
 @register.filter
 def ms(value: int | float | None) -> str:
-    """A duration in milliseconds as ``850 ms``, ``12.4 s`` or ``3 min 5 s``; ``—`` for None."""
+    """A duration in milliseconds as ``850 ms``, ``12.4 s`` or ``3 min 5 s`` (the units are
+    symbols, the same in every language; the number is formatted for it); ``—`` for None."""
     if value is None:
         return "—"
     if value < 1000:
         return f"{int(value)} ms"
     seconds = value / 1000
     if seconds < 60:
-        return f"{seconds:.1f} s"
+        return f"{number_format(seconds, 1)} s"
     minutes, rest = divmod(int(seconds), 60)
     return f"{minutes} min {rest} s"
 
@@ -26,7 +39,9 @@ def usd(value: float | None) -> str:
     """A cost in USD with up to 4 significant decimals; empty for zero."""
     if not value:
         return ""
-    return f"${value:.4f}" if value < 1 else f"${value:,.2f}"
+    if value < 1:
+        return f"${number_format(value, 4)}"
+    return f"${number_format(value, 2, force_grouping=True)}"
 
 
 @register.filter
@@ -36,10 +51,68 @@ def size(value: int | None) -> str:
     if value < 1024:
         return f"{value} B"
     if value < 1024 * 1024:
-        return f"{value / 1024:.1f} KB"
-    return f"{value / 1024 / 1024:.1f} MB"
+        return f"{number_format(value / 1024, 1)} KB"
+    return f"{number_format(value / 1024 / 1024, 1)} MB"
 
 
 @register.filter
 def minus_one(value: int) -> int:
     return value - 1
+
+
+@register.filter
+def as_datetime(value: str | None) -> datetime | None:
+    """An ISO 8601 time as the projections carry it (``2025-01-02T03:04:05.678Z``), as a
+    datetime for the ``date`` and ``time`` filters; None for none or a malformed one."""
+    if not value:
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+# The words for stored values, lazy: each is looked up in the active language only when shown.
+_STATUSES = {
+    "planned": pgettext_lazy("status", "planned"),
+    "queued": pgettext_lazy("status", "queued"),
+    "running": pgettext_lazy("status", "running"),
+    "completed": pgettext_lazy("status", "completed"),
+    "failed": pgettext_lazy("status", "failed"),
+    "cancelled": pgettext_lazy("status", "cancelled"),
+    "skipped": pgettext_lazy("status", "skipped"),
+}
+_STEP_TYPES = {
+    "goal": pgettext_lazy("step type", "goal"),
+    "thought": pgettext_lazy("step type", "thought"),
+    "action": pgettext_lazy("step type", "action"),
+    "result": pgettext_lazy("step type", "result"),
+    "response": pgettext_lazy("step type", "response"),
+    "memory_read": pgettext_lazy("step type", "memory read"),
+    "memory_write": pgettext_lazy("step type", "memory write"),
+    "feedback": pgettext_lazy("step type", "feedback"),
+}
+_MODES = {
+    "call": pgettext_lazy("mode", "call"),
+    "agent": pgettext_lazy("mode", "agent"),
+    "chat": pgettext_lazy("mode", "chat"),
+    "rag": pgettext_lazy("mode", "rag"),
+}
+
+
+@register.filter
+def status_label(value: str) -> str:
+    """A stored status (a trace's, a step's or a run's) in the reader's language."""
+    return str(_STATUSES.get(value, value))
+
+
+@register.filter
+def step_type_label(value: str) -> str:
+    """A step's stored type in the reader's language."""
+    return str(_STEP_TYPES.get(value, value))
+
+
+@register.filter
+def mode_label(value: str) -> str:
+    """A trace's or a run's stored mode in the reader's language."""
+    return str(_MODES.get(value, value))

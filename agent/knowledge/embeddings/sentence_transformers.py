@@ -4,21 +4,27 @@ Needs the optional ``local-embeddings`` extra (``sentence-transformers``, which 
 install the CPU build of torch first, see docs/knowledge.md). The model is loaded on first use,
 once per process for each (model, device), and shared by every instance.
 
-Nothing is downloaded at run time unless ``allow_download`` is set: the model is loaded with
-``local_files_only``, and ``HF_HUB_OFFLINE`` is set (unless the environment already sets it)
-before the Hugging Face libraries are first imported, so no code path of theirs reaches the hub.
-``model`` is then a directory (as written by ``SentenceTransformer.save()``, or a plain
-transformers model directory, which gets mean pooling) or the name of a model already in the
-local Hugging Face cache.
+The model is first loaded from what is on disk: ``model`` is a directory (as written by
+``SentenceTransformer.save()``, or a plain transformers model directory, which gets mean
+pooling) or the name of a model in the local Hugging Face cache. That load runs with
+``local_files_only`` and the hub's offline mode on, so no code path of the Hugging Face
+libraries reaches the network; the offline mode is switched on for that load only, so a later
+load that may download still can. Only a named model missing from the cache, with
+``allow_download``, is fetched from the hub (``HF_ENDPOINT``), after a quick check that the
+hub can be reached at all: without one, the error says so at once instead of after the
+libraries' retries (about 70 s).
 """
 
 from __future__ import annotations
 
 import os
+import socket
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 import structlog
 
@@ -30,7 +36,11 @@ if TYPE_CHECKING:
 logger = structlog.get_logger(__name__)
 
 _models: dict[tuple[str, str, bool], _LoadedModel] = {}
+# Held while a model loads: loads take turns, so the offline mode one sets (process-wide, in
+# huggingface_hub) is never in the way of another.
 _models_lock = threading.Lock()
+#: Seconds to wait for a connection to the hub before a download is given up as unreachable.
+HUB_CONNECT_TIMEOUT_S = 5.0
 
 
 class SentenceTransformerEmbeddings:
@@ -126,11 +136,10 @@ class _LoadedModel:
 
 def _load(model: str, *, device: str, allow_download: bool) -> SentenceTransformer:
     """The model ``model`` names, on ``device``; raises ``EmbeddingsUnavailable`` saying what
-    to set when it cannot be loaded."""
-    if not allow_download:
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    happened and what to set when it cannot be loaded (see the module docstring)."""
     os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
     try:
+        from huggingface_hub import constants
         from sentence_transformers import SentenceTransformer
     except ImportError as exc:
         raise EmbeddingsUnavailable(
@@ -148,25 +157,29 @@ def _load(model: str, *, device: str, allow_download: bool) -> SentenceTransform
         )
     else:
         source = model
+    details = {"model": model, "device": device}
     try:
-        loaded = SentenceTransformer(
-            source,
-            device=device,
-            local_files_only=not allow_download,
-            trust_remote_code=False,
-        )
+        with _hub_offline():
+            loaded = SentenceTransformer(
+                source, device=device, local_files_only=True, trust_remote_code=False
+            )
     except (OSError, ValueError, RuntimeError) as exc:
-        where = (
-            "the directory holds no sentence-transformers or transformers model"
-            if path.is_dir()
-            else "it is not in the local Hugging Face cache, and nothing is downloaded unless "
-            "EMBEDDINGS_ALLOW_DOWNLOAD=true"
-        )
-        raise EmbeddingsUnavailable(
-            f"EMBEDDINGS_MODEL={model!r} could not be loaded: {where}. Set EMBEDDINGS_MODEL to "
-            f"a local model directory. ({exc})",
-            details={"model": model, "device": device},
-        ) from exc
+        if path.is_dir():
+            raise EmbeddingsUnavailable(
+                f"EMBEDDINGS_MODEL={model!r} could not be loaded: the directory holds no "
+                f"sentence-transformers or transformers model. ({exc})",
+                details=details,
+            ) from exc
+        if not allow_download:
+            raise EmbeddingsUnavailable(
+                f"EMBEDDINGS_MODEL={model!r} could not be loaded: it is not a local directory "
+                f"and not in the local Hugging Face cache ({constants.HF_HUB_CACHE}), and "
+                "downloads are off. Set EMBEDDINGS_MODEL to a model directory (docs/knowledge.md "
+                "says how to prepare one), or set EMBEDDINGS_ALLOW_DOWNLOAD=true to fetch it "
+                "from the hub into the cache.",
+                details=details,
+            ) from exc
+        loaded = _download(SentenceTransformer, model, device=device, endpoint=constants.ENDPOINT)
     logger.info(
         "embeddings_model_loaded",
         model=model,
@@ -174,6 +187,65 @@ def _load(model: str, *, device: str, allow_download: bool) -> SentenceTransform
         dimensions=_dimensions(loaded),
     )
     return loaded
+
+
+def _download(
+    build: type[SentenceTransformer], model: str, *, device: str, endpoint: str
+) -> SentenceTransformer:
+    """Model ``model`` fetched from the hub at ``endpoint`` into the cache, and loaded.
+    Raises ``EmbeddingsUnavailable`` when the hub cannot be reached (at once) or the download
+    fails."""
+    details = {"model": model, "device": device, "endpoint": endpoint}
+    unreachable = _unreachable(endpoint)
+    if unreachable:
+        raise EmbeddingsUnavailable(
+            f"EMBEDDINGS_MODEL={model!r} is not in the local Hugging Face cache, and "
+            f"EMBEDDINGS_ALLOW_DOWNLOAD=true, but the hub at {endpoint} cannot be reached "
+            f"({unreachable}). Check the network (or HF_ENDPOINT), or copy the model to a local "
+            "directory and set EMBEDDINGS_MODEL to it.",
+            details=details,
+        )
+    logger.info("embeddings_model_downloading", model=model, endpoint=endpoint)
+    try:
+        return build(model, device=device, local_files_only=False, trust_remote_code=False)
+    except (OSError, ValueError, RuntimeError) as exc:
+        raise EmbeddingsUnavailable(
+            f"EMBEDDINGS_MODEL={model!r} could not be downloaded from the hub at {endpoint}. "
+            "Check the name (a sentence-transformers model on the hub, such as "
+            f"sentence-transformers/all-MiniLM-L6-v2). ({exc})",
+            details=details,
+        ) from exc
+
+
+def _unreachable(endpoint: str) -> str:
+    """Why no connection to ``endpoint`` can be opened within ``HUB_CONNECT_TIMEOUT_S`` (its
+    name does not resolve, nothing listens, no route...); empty when one can."""
+    parts = urlsplit(endpoint)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        with socket.create_connection((parts.hostname or "", port), HUB_CONNECT_TIMEOUT_S):
+            return ""
+    except OSError as exc:
+        return str(exc) or type(exc).__name__
+
+
+@contextmanager
+def _hub_offline() -> Iterator[None]:
+    """The Hugging Face hub's offline mode, for the duration of the block only.
+
+    ``huggingface_hub`` reads ``HF_HUB_OFFLINE`` once, at import, into
+    ``constants.HF_HUB_OFFLINE``, which its ``is_offline_mode()`` (and transformers' checks
+    through it) read on every request; setting the environment variable later changes nothing,
+    and setting it before the import would keep every later load offline. The value the
+    environment gave is put back afterwards."""
+    from huggingface_hub import constants
+
+    before = constants.HF_HUB_OFFLINE
+    constants.HF_HUB_OFFLINE = True
+    try:
+        yield
+    finally:
+        constants.HF_HUB_OFFLINE = before
 
 
 def _dimensions(model: SentenceTransformer) -> int | None:

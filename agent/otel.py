@@ -1,0 +1,358 @@
+"""OpenTelemetry export: every finished run, as a trace after the OTel GenAI semantic
+conventions, to any OTLP/HTTP backend (an OTel Collector, Jaeger, Tempo, Phoenix, Langfuse).
+
+On when ``OTEL_EXPORTER_OTLP_ENDPOINT`` (or ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``) is set,
+unless ``OTEL_SDK_DISABLED`` is true or ``OTEL_EXPORTER_OTLP_PROTOCOL`` names another protocol
+than ``http/protobuf``. The SDK reads the other standard variables itself
+(``OTEL_EXPORTER_OTLP_HEADERS``, ``_TIMEOUT``, ``_COMPRESSION``, ``OTEL_BSP_*``,
+``OTEL_SERVICE_NAME``, ``OTEL_RESOURCE_ATTRIBUTES``). The only module that imports the OTel
+SDK's exporter.
+
+The run's trace is its single record, so the export is derived from it once the run has
+finished (``otel_run_finished``, called by the recorder after the run's last write): its steps
+are read in one query and become spans with the steps' own times and ids (the trace id is the
+DevAssist trace id's 128 bits, a span id the last 64 bits of its step id), handed to the SDK's
+``BatchSpanProcessor``. Its worker thread batches and sends them; a run never waits for it,
+and a collector that is down or slow costs the run nothing (the processor drops spans when
+its queue is full). Prompts and completions go out only when
+``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` allows it.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import threading
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import structlog
+from django.conf import settings
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import Event, ReadableSpan
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
+
+from agent.models import AgentRun, RunStatus
+from traces.models import Step, StepStatus, StepType
+
+logger = structlog.get_logger(__name__)
+
+#: The instrumentation scope of the exported spans.
+SCOPE = InstrumentationScope("devassist.agent", "1")
+AGENT_NAME = "devassist"
+#: Values of OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT that let content out (the
+#: older boolean and the newer modes).
+_CAPTURE_VALUES = frozenset({"true", "1", "yes", "span_only", "event_only", "span_and_event"})
+_SAMPLED = TraceFlags(TraceFlags.SAMPLED)
+
+
+@dataclass(frozen=True)
+class OtelConfig:
+    """Where and how runs are exported, from the settings (tests change them)."""
+
+    endpoint: str
+    capture_content: bool
+    service_name: str
+
+    @classmethod
+    def current(cls) -> OtelConfig | None:
+        """The export's configuration; None when it is off."""
+        if settings.OTEL_SDK_DISABLED:
+            return None
+        protocol = settings.OTEL_EXPORTER_OTLP_PROTOCOL.strip().lower()
+        if protocol not in ("", "http/protobuf"):
+            return None
+        endpoint = settings.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT
+        if not endpoint and settings.OTEL_EXPORTER_OTLP_ENDPOINT:
+            endpoint = settings.OTEL_EXPORTER_OTLP_ENDPOINT.rstrip("/") + "/v1/traces"
+        if not endpoint:
+            return None
+        capture = settings.OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT.strip().lower()
+        return cls(
+            endpoint=endpoint,
+            capture_content=capture in _CAPTURE_VALUES,
+            service_name=os.environ.get("OTEL_SERVICE_NAME") or AGENT_NAME,
+        )
+
+
+@dataclass(frozen=True)
+class _Pipeline:
+    config: OtelConfig
+    processor: BatchSpanProcessor
+    resource: Resource
+
+
+_pipeline: _Pipeline | None = None
+_pipeline_lock = threading.Lock()
+
+
+def _pipeline_for(config: OtelConfig) -> _Pipeline:
+    """The processor and exporter for ``config`` (one per process; a new configuration shuts
+    the old one down). The SDK reads headers, timeout, compression and the processor's
+    batch and queue sizes from the standard variables."""
+    global _pipeline
+    with _pipeline_lock:
+        if _pipeline is not None and _pipeline.config == config:
+            return _pipeline
+        old, _pipeline = _pipeline, None
+        if old is not None:
+            old.processor.shutdown()
+        exporter = OTLPSpanExporter(endpoint=config.endpoint)
+        _pipeline = _Pipeline(
+            config=config,
+            processor=BatchSpanProcessor(exporter),
+            resource=Resource.create({"service.name": config.service_name}),
+        )
+        return _pipeline
+
+
+def otel_flush(timeout_millis: int = 30_000) -> bool:
+    """Send what is queued now (tests wait for it); True when it all went out in time."""
+    pipeline = _pipeline
+    return pipeline.processor.force_flush(timeout_millis) if pipeline is not None else True
+
+
+def otel_reset() -> None:
+    """Shut the process's exporter down and forget it: the next export builds one from the
+    settings then in force."""
+    global _pipeline
+    with _pipeline_lock:
+        old, _pipeline = _pipeline, None
+    if old is not None:
+        old.processor.shutdown()
+
+
+@atexit.register
+def _flush_at_exit() -> None:
+    # What is queued goes out, for a few seconds at most; then the exporter stops.
+    pipeline = _pipeline
+    if pipeline is not None:
+        pipeline.processor.force_flush(5_000)
+        pipeline.processor.shutdown()
+
+
+async def otel_run_finished(*, run: AgentRun) -> None:
+    """Export ``run`` (finished: its trace holds its last steps) when the export is on: its
+    steps are read here (one query) and its spans queued for the SDK's worker thread, which
+    sends them; this returns without waiting. Never raises."""
+    config = OtelConfig.current()
+    if config is None or run.trace_id is None:
+        return
+    try:
+        steps = [step async for step in Step.objects.filter(trace_id=run.trace_id).order_by("seq")]
+        pipeline = _pipeline_for(config)
+        spans = run_spans(run, steps, resource=pipeline.resource, capture=config.capture_content)
+        for span in spans:
+            pipeline.processor.on_end(span)
+        logger.info("otel_run_queued", run_id=str(run.id), spans=len(spans))
+    except Exception:
+        logger.exception("otel_export_failed", run_id=str(run.id))
+
+
+# --- the run as spans -------------------------------------------------------------------------
+
+
+def _ns(moment: datetime | None) -> int | None:
+    return int(moment.timestamp() * 1_000_000_000) if moment is not None else None
+
+
+def _times(step: Step) -> tuple[int, int]:
+    """(start, end) in ns since the epoch: the step's start plus its duration, or its finish."""
+    start = _ns(step.started_at or step.created_at) or 0
+    if step.duration_ms is not None:
+        return start, start + step.duration_ms * 1_000_000
+    end = _ns(step.finished_at)
+    return start, max(start, end) if end is not None else start
+
+
+def span_id_of(step_id: uuid.UUID) -> int:
+    """A step's span id: the last 64 bits of its UUID (never 0)."""
+    return (step_id.int & (2**64 - 1)) or 1
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+
+
+def run_spans(
+    run: AgentRun, steps: list[Step], *, resource: Resource, capture: bool
+) -> list[ReadableSpan]:
+    """The spans of ``run`` from its trace's ``steps`` (in seq order): the run as an
+    ``invoke_agent`` span (its goal step), each model call (``thought``) as a ``chat`` span
+    and each tool call (``action``, with its ``result``) as an ``execute_tool`` span under
+    it, memory lookups and writes as spans of their own; with ``capture``, the messages the
+    trace records as events (prompt: the task, earlier replies and tool results; the system
+    prompt is not in the trace) and the tools' arguments and results as attributes."""
+    assert run.trace_id is not None
+    trace_id = run.trace_id.int
+    goal = next((s for s in steps if s.step_type == StepType.GOAL and s.parent_id is None), None)
+    results = {s.parent_id: s for s in steps if s.step_type == StepType.RESULT}
+    root_context = SpanContext(
+        trace_id, span_id_of(goal.id if goal else run.id), is_remote=False, trace_flags=_SAMPLED
+    )
+
+    def context(step: Step) -> SpanContext:
+        return SpanContext(trace_id, span_id_of(step.id), is_remote=False, trace_flags=_SAMPLED)
+
+    def span(
+        name: str,
+        step: Step,
+        attributes: dict[str, Any],
+        *,
+        kind: SpanKind = SpanKind.INTERNAL,
+        events: list[Event] | None = None,
+        error: str | None = None,
+    ) -> ReadableSpan:
+        start, end = _times(step)
+        status = Status(StatusCode.ERROR, error) if error is not None else Status(StatusCode.UNSET)
+        return ReadableSpan(
+            name=name,
+            context=context(step),
+            parent=root_context,
+            resource=resource,
+            attributes={"devassist.step_id": str(step.id), **attributes},
+            events=events or [],
+            kind=kind,
+            status=status,
+            start_time=start,
+            end_time=end,
+            instrumentation_scope=SCOPE,
+        )
+
+    spans: list[ReadableSpan] = []
+    transcript: list[dict[str, Any]] = [{"role": "user", "content": run.input}]
+    for step in steps:
+        if step.step_type == StepType.THOUGHT:
+            data = step.data if isinstance(step.data, dict) else {}
+            model = data.get("model") or run.model
+            attributes: dict[str, Any] = {
+                "gen_ai.operation.name": "chat",
+                "gen_ai.request.model": run.model or model,
+                "gen_ai.response.model": model,
+            }
+            usage = data.get("usage")
+            if isinstance(usage, dict):
+                attributes["gen_ai.usage.input_tokens"] = usage.get("prompt_tokens") or 0
+                attributes["gen_ai.usage.output_tokens"] = usage.get("completion_tokens") or 0
+            if data.get("finish_reason"):
+                attributes["gen_ai.response.finish_reasons"] = [str(data["finish_reason"])]
+            output = data.get("output", "")
+            events = []
+            if capture:
+                start, end = _times(step)
+                reply = _text([{"role": "assistant", "content": output}])
+                events = [
+                    Event("gen_ai.content.prompt", {"gen_ai.prompt": _text(transcript)}, start),
+                    Event("gen_ai.content.completion", {"gen_ai.completion": reply}, end),
+                ]
+            transcript.append({"role": "assistant", "content": output})
+            failed = step.status == StepStatus.FAILED
+            spans.append(
+                span(
+                    f"chat {model}".strip(),
+                    step,
+                    attributes,
+                    kind=SpanKind.CLIENT,
+                    events=events,
+                    error=(step.error or "The model call failed.") if failed else None,
+                )
+            )
+        elif step.step_type == StepType.ACTION:
+            data = step.data if isinstance(step.data, dict) else {}
+            tool = str(data.get("tool_name") or step.name)
+            result = results.get(step.id)
+            attributes = {
+                "gen_ai.operation.name": "execute_tool",
+                "gen_ai.tool.name": tool,
+                "gen_ai.tool.type": "function",
+            }
+            if data.get("call_id"):
+                attributes["gen_ai.tool.call.id"] = str(data["call_id"])
+            outcome = None
+            if result is not None and isinstance(result.data, dict):
+                outcome = result.data.get("result")
+            if capture:
+                attributes["gen_ai.tool.call.arguments"] = _text(data.get("arguments"))
+                if result is not None:
+                    attributes["gen_ai.tool.call.result"] = _text(outcome)
+            if result is not None:
+                transcript.append({"role": "tool", "name": tool, "content": outcome})
+            error = None
+            if step.is_error or (result is not None and result.is_error):
+                error = (result.error if result else "") or step.error or "The tool call failed."
+            spans.append(span(f"execute_tool {tool}", step, attributes, error=error))
+        elif step.step_type in (StepType.MEMORY_READ, StepType.MEMORY_WRITE):
+            spans.append(
+                span(
+                    step.name or step.step_type,
+                    step,
+                    {"devassist.step_type": step.step_type},
+                    error=(step.error or "Failed.") if step.is_error else None,
+                )
+            )
+    answer = next((s for s in reversed(steps) if s.step_type == StepType.RESPONSE), None)
+    spans.append(_agent_span(run, goal, answer, root_context, resource, capture=capture))
+    return spans
+
+
+def _agent_span(
+    run: AgentRun,
+    goal: Step | None,
+    answer: Step | None,
+    context: SpanContext,
+    resource: Resource,
+    *,
+    capture: bool,
+) -> ReadableSpan:
+    """The run's own span, ``invoke_agent devassist``, from its goal step (the run's times
+    when it has none); with ``capture``, its task and its answer (``answer``, the run's last
+    ``response`` step) as events."""
+    if goal is not None:
+        start, end = _times(goal)
+        if goal.finished_at is not None and goal.duration_ms is None:
+            end = max(start, _ns(goal.finished_at) or start)
+    else:
+        start = _ns(run.started_at or run.created_at) or 0
+        end = max(start, _ns(run.finished_at) or start)
+    attributes: dict[str, Any] = {
+        "gen_ai.operation.name": "invoke_agent",
+        "gen_ai.agent.name": AGENT_NAME,
+        "devassist.run_id": str(run.id),
+        "devassist.trace_id": str(run.trace_id),
+        "devassist.run.mode": run.mode,
+        "devassist.run.status": run.status,
+    }
+    if run.model:
+        attributes["gen_ai.request.model"] = run.model
+    if run.conversation_id:
+        attributes["gen_ai.conversation.id"] = str(run.conversation_id)
+    events = []
+    if capture:
+        task = _text([{"role": "user", "content": run.input}])
+        events.append(Event("gen_ai.content.prompt", {"gen_ai.prompt": task}, start))
+        data = answer.data if answer is not None and isinstance(answer.data, dict) else {}
+        if "answer" in data:
+            reply = _text([{"role": "assistant", "content": data["answer"]}])
+            events.append(Event("gen_ai.content.completion", {"gen_ai.completion": reply}, end))
+    error = None
+    if run.status == RunStatus.FAILED:
+        error = (goal.error if goal else "") or run.error_code or "The run failed."
+    return ReadableSpan(
+        name=f"invoke_agent {AGENT_NAME}",
+        context=context,
+        parent=None,
+        resource=resource,
+        attributes=attributes,
+        events=events,
+        kind=SpanKind.INTERNAL,
+        status=Status(StatusCode.ERROR, error) if error else Status(StatusCode.UNSET),
+        start_time=start,
+        end_time=end,
+        instrumentation_scope=SCOPE,
+    )

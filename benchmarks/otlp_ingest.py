@@ -1,0 +1,534 @@
+"""Benchmark: an agent's 10,000-span trace sent over OTLP/HTTP by the OpenTelemetry SDK, to
+DevAssist and, in the same run, to Arize Phoenix.
+
+Run from the repository root::
+
+    .venv/bin/python benchmarks/otlp_ingest.py                  # 10,000 spans, 3 runs each
+    .venv/bin/python benchmarks/otlp_ingest.py --spans 2000 --runs 5 --no-phoenix
+
+One trace shape, seeded (``--seed``): an OpenInference-instrumented agent (an AGENT root over
+LLM and TOOL spans, tools that start sub-agents of CHAIN, LLM, TOOL and RETRIEVER spans, 10
+levels deep, uneven fan-out from 0 to hundreds, about 3% failed spans, token counts on the LLM
+spans, short inputs and outputs with a few 4-16 KB ones). Each run replays it through the SDK as an
+instrumented agent would: spans started and ended in order (children end before their
+parents, so they are sent first), a ``BatchSpanProcessor`` (512 spans a request, a queue big
+enough that nothing is dropped) and the OTLP/HTTP protobuf exporter. For each server:
+
+- **ingest**: from the client's flush (``force_flush``, called when the last span has ended)
+  until the server has acknowledged every batch;
+- **readable**: from the same flush until a read of the whole trace returns every span, all in
+  one tree: DevAssist's ``GET /api/traces/{id}/tree`` (compact), Phoenix's REST API
+  (``GET /v1/projects/{project}/spans?trace_id=``, 1,000 spans a page, its limit), polled;
+- **read**: that whole-trace read once it is complete, ``--reads`` times (p50); the client
+  parses each answer with orjson, for both.
+
+Figures are p50 over ``--runs`` runs. By default the client emits the spans in a burst (under a
+second), so nearly all of them are still queued at the flush; ``--pace S`` spreads their ends
+over S seconds, as an agent at work sends them, and then only the last batches remain.
+DevAssist runs under daphne on PostgreSQL (``BENCH_DATABASE_URL``, default
+``postgres://postgres@127.0.0.1:5432/devassist_otlp_bench``, created and migrated when missing;
+the benchmark user's traces from earlier runs are deleted).
+Phoenix runs from its own virtualenv (``--phoenix-python``, default ``.venv-phoenix/bin/python``;
+``pip install arize-phoenix`` there), ``phoenix serve`` on free loopback ports with a
+temporary working directory (SQLite, its default); without it the script measures DevAssist
+alone. Targets (issue 18): the whole trace readable within 2 s of the flush; at least 10x
+faster than Phoenix to ingest and to read the whole trace. The exit code is 0 whatever the
+verdicts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import random
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO_ROOT))  # run as a script: make the project importable
+
+from benchmarks.common import verdict  # noqa: E402 - after the path above
+from benchmarks.trace_tree import (  # noqa: E402
+    WORDS,
+    configure_environment,
+    ensure_database,
+    machine_load,
+)
+
+DEFAULT_DATABASE_URL = "postgres://postgres@127.0.0.1:5432/devassist_otlp_bench"
+BENCH_USERNAME = "otlp-benchmark"
+PHOENIX_PROJECT = "otlp-bench"
+PHOENIX_PAGE = 1000  # the REST API's largest page
+TARGET_READABLE_S = 2.0
+TARGET_RATIO = 10.0
+MIN_DEPTH = 6
+
+
+# --- the trace ----------------------------------------------------------------------------------
+
+
+@dataclass
+class PlannedSpan:
+    parent: int | None
+    name: str
+    attributes: dict[str, Any]
+    failed: bool = False
+    children: list[int] = field(default_factory=list)
+
+
+@dataclass
+class TracePlan:
+    """A seeded agent trace of ``limit`` spans, parents before children."""
+
+    rng: random.Random
+    limit: int
+    spans: list[PlannedSpan] = field(default_factory=list)
+
+    def text(self, low: int, high: int) -> str:
+        return " ".join(self.rng.choices(WORDS, k=self.rng.randint(low, high)))
+
+    def add(self, parent: int | None, name: str, kind: str, **attributes: Any) -> int | None:
+        if len(self.spans) >= self.limit:
+            return None
+        if self.rng.random() < 0.02:
+            attributes["output.value"] = self.text(600, 2400)  # a 4-16 KB payload
+        span = PlannedSpan(
+            parent=parent,
+            name=name,
+            attributes={"openinference.span.kind": kind, **attributes},
+            failed=kind == "TOOL" and self.rng.random() < 0.08,
+        )
+        self.spans.append(span)
+        index = len(self.spans) - 1
+        if parent is not None:
+            self.spans[parent].children.append(index)
+        return index
+
+    def llm(self, parent: int) -> int | None:
+        prompt, completion = self.rng.randint(50, 4000), self.rng.randint(5, 600)
+        return self.add(
+            parent,
+            "ChatCompletion",
+            "LLM",
+            **{
+                "llm.model_name": "gpt-4o-mini",
+                "llm.token_count.prompt": prompt,
+                "llm.token_count.completion": completion,
+                "llm.token_count.total": prompt + completion,
+                "input.value": self.text(10, 40),
+                "output.value": self.text(5, 30),
+            },
+        )
+
+    def agent(self, parent: int | None, level: int, budget: int) -> None:
+        """An agent (AGENT at the top, CHAIN below) of LLM calls and tool calls until
+        ``budget`` spans are used; some tools start a sub-agent one level deeper."""
+        kind = "AGENT" if parent is None else "CHAIN"
+        name = "agent run" if parent is None else f"sub-agent L{level}"
+        root = self.add(parent, name, kind, **{"input.value": self.text(8, 30)})
+        if root is None:
+            return
+        end = len(self.spans) + budget
+        while len(self.spans) < min(end, self.limit):
+            if self.llm(root) is None:
+                return
+            for _ in range(self.rng.choice((0, 1, 1, 1, 2, 3))):
+                tool = self.add(
+                    root,
+                    self.rng.choice(("search_code", "read_file", "run_tests", "web_search")),
+                    "TOOL",
+                    **{"tool.name": "tool", "input.value": self.text(3, 12)},
+                )
+                if tool is None:
+                    return
+                roll = self.rng.random()
+                if roll < 0.1 and level < 4:
+                    self.agent(tool, level + 1, self.rng.randint(20, 400))
+                elif roll < 0.3:
+                    for _ in range(self.rng.randint(0, 12)):
+                        if self.add(tool, "retrieve", "RETRIEVER") is None:
+                            return
+
+
+def plan_trace(spans: int, seed: int) -> TracePlan:
+    """The trace: a chain of sub-agents first (so it is at least ``MIN_DEPTH`` deep), then
+    the top agent's own work until ``spans`` spans."""
+    plan = TracePlan(random.Random(seed), spans)
+    plan.agent(None, 0, spans)
+    return plan
+
+
+def depth_of(plan: TracePlan) -> int:
+    deepest = 0
+    for span in plan.spans:
+        depth, parent = 0, span.parent
+        while parent is not None:
+            depth, parent = depth + 1, plan.spans[parent].parent
+        deepest = max(deepest, depth)
+    return deepest
+
+
+# --- the client ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Sent:
+    trace_id: str
+    emit_s: float
+    flush_started: float
+    ingest_s: float
+
+
+def send(
+    plan: TracePlan,
+    endpoint: str,
+    headers: dict[str, str],
+    resource: dict[str, str],
+    *,
+    pace_s: float = 0.0,
+) -> Sent:
+    """Replay ``plan`` through the OTel SDK to ``endpoint``, its spans ending evenly over
+    ``pace_s`` seconds (0: as fast as the SDK goes); the flush starts when the last span has
+    ended and returns once every batch is acknowledged."""
+    from opentelemetry import trace as otel_trace
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    from opentelemetry.trace import Status, StatusCode
+
+    provider = TracerProvider(resource=Resource.create(resource), shutdown_on_exit=False)
+    processor = BatchSpanProcessor(
+        OTLPSpanExporter(endpoint=endpoint, headers=headers, timeout=120),
+        max_queue_size=len(plan.spans) * 2,
+        max_export_batch_size=512,
+        export_timeout_millis=120_000,
+    )
+    provider.add_span_processor(processor)
+    tracer = provider.get_tracer("benchmark.agent")
+
+    def emit(index: int, context: Any) -> int:
+        planned = plan.spans[index]
+        span = tracer.start_span(planned.name, context=context, attributes=planned.attributes)
+        inside = otel_trace.set_span_in_context(span)
+        for child in planned.children:
+            emit(child, inside)
+        if planned.failed:
+            span.set_status(Status(StatusCode.ERROR, "tool failed"))
+        if pace_s:
+            time.sleep(pace_s / len(plan.spans))
+        span.end()
+        return span.get_span_context().trace_id
+
+    started = time.perf_counter()
+    trace_id = emit(0, None)
+    flush_started = time.perf_counter()
+    if not processor.force_flush(timeout_millis=600_000):
+        raise RuntimeError("the flush did not finish")
+    ingest_s = time.perf_counter() - flush_started
+    provider.shutdown()
+    return Sent(
+        trace_id=f"{trace_id:032x}",
+        emit_s=flush_started - started,
+        flush_started=flush_started,
+        ingest_s=ingest_s,
+    )
+
+
+# --- the readers --------------------------------------------------------------------------------
+
+
+def read_devassist(client: httpx.Client, trace_id: str) -> tuple[int, int]:
+    """(spans in the tree, top-level nodes) of the whole trace, through ``/tree``."""
+    import uuid
+
+    response = client.get(f"/api/traces/{uuid.UUID(trace_id)}/tree")
+    if response.status_code == 404:
+        return 0, 0
+    response.raise_for_status()
+    roots = orjson.loads(response.content)["root_steps"]
+    count, stack = 0, list(roots)
+    while stack:
+        node = stack.pop()
+        count += 1
+        stack.extend(node["children"])
+    return count, len(roots)
+
+
+def read_phoenix(client: httpx.Client, trace_id: str) -> tuple[int, int]:
+    """(spans, spans without a parent) of the whole trace, page by page."""
+    count = roots = 0
+    cursor: str | None = None
+    while True:
+        params: dict[str, Any] = {"trace_id": trace_id, "limit": PHOENIX_PAGE}
+        if cursor:
+            params["cursor"] = cursor
+        response = client.get(f"/v1/projects/{PHOENIX_PROJECT}/spans", params=params)
+        if response.status_code == 404:  # the project is created with its first span
+            return 0, 0
+        response.raise_for_status()
+        body = orjson.loads(response.content)
+        count += len(body["data"])
+        roots += sum(1 for span in body["data"] if not span.get("parent_id"))
+        cursor = body.get("next_cursor")
+        if not cursor:
+            return count, roots
+
+
+@dataclass
+class Run:
+    ingest_s: float
+    readable_s: float
+    reads_s: list[float]
+    emit_s: float
+
+
+def measure(
+    plan: TracePlan,
+    *,
+    endpoint: str,
+    headers: dict[str, str],
+    reader: Callable[[str], tuple[int, int]],
+    reads: int,
+    poll_s: float,
+    give_up_s: float,
+    pace_s: float,
+) -> Run:
+    sent = send(
+        plan,
+        endpoint,
+        headers,
+        {"service.name": "benchmark-agent", "openinference.project.name": PHOENIX_PROJECT},
+        pace_s=pace_s,
+    )
+    expected = len(plan.spans)
+    while True:
+        count, roots = reader(sent.trace_id)
+        if count == expected and roots == 1:
+            readable_s = time.perf_counter() - sent.flush_started
+            break
+        if time.perf_counter() - sent.flush_started > give_up_s:
+            raise RuntimeError(f"only {count} spans readable after {give_up_s} s")
+        time.sleep(poll_s)
+    timed = []
+    for _ in range(reads):
+        started = time.perf_counter()
+        assert reader(sent.trace_id)[0] == expected
+        timed.append(time.perf_counter() - started)
+    return Run(ingest_s=sent.ingest_s, readable_s=readable_s, reads_s=timed, emit_s=sent.emit_s)
+
+
+# --- the servers --------------------------------------------------------------------------------
+
+
+def prepare_user() -> str:
+    """The benchmark user (its earlier traces deleted) and a fresh API token."""
+    from django.contrib.auth import get_user_model
+
+    from devassist.tokens import api_token_create
+    from traces.models import Trace
+
+    user, _ = get_user_model().objects.get_or_create(username=BENCH_USERNAME)
+    Trace.objects.filter(user=user).delete()
+    _, token = api_token_create(user=user, name="otlp benchmark")
+    return token
+
+
+@contextlib.contextmanager
+def phoenix_server(python: Path) -> Iterator[str]:
+    """``phoenix serve`` on free loopback ports with a working directory of its own."""
+    from tests.servers import free_port, http_server
+
+    work = tempfile.mkdtemp(prefix="phoenix-bench-")
+    port = free_port()
+    env = {
+        **os.environ,
+        "PHOENIX_WORKING_DIR": work,
+        "PHOENIX_HOST": "127.0.0.1",
+        "PHOENIX_PORT": str(port),
+        "PHOENIX_GRPC_PORT": str(free_port()),
+        "PHOENIX_TELEMETRY_ENABLED": "false",
+    }
+    phoenix = str(python.parent / "phoenix")
+    try:
+        with http_server(
+            [phoenix, "serve"], port=port, ready_path="/healthz", env=env, timeout_s=300
+        ) as base_url:
+            yield base_url
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+# --- the report ---------------------------------------------------------------------------------
+
+
+def p50(values: Sequence[float]) -> float:
+    return statistics.median(values)
+
+
+def report(name: str, runs: list[Run]) -> dict[str, float]:
+    figures = {
+        "emit": p50([r.emit_s for r in runs]),
+        "ingest": p50([r.ingest_s for r in runs]),
+        "readable": p50([r.readable_s for r in runs]),
+        "read": p50([p50(r.reads_s) for r in runs]),
+    }
+    print(f"\n{name} ({len(runs)} runs; seconds, p50 with the runs' values)")
+    rows = [
+        ("client emits the spans", [r.emit_s for r in runs], figures["emit"]),
+        ("flush -> every batch acknowledged", [r.ingest_s for r in runs], figures["ingest"]),
+        ("flush -> whole trace readable", [r.readable_s for r in runs], figures["readable"]),
+        ("whole-trace read", [p50(r.reads_s) for r in runs], figures["read"]),
+    ]
+    for label, values, middle in rows:
+        each = ", ".join(f"{v:.3f}" for v in values)
+        print(f"  {label:<36} {middle:8.3f}   ({each})")
+    return figures
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description="Benchmark OTLP ingestion against Phoenix.")
+    parser.add_argument("--spans", type=int, default=10_000, help="spans in the trace")
+    parser.add_argument("--runs", type=int, default=3, help="runs per server")
+    parser.add_argument("--reads", type=int, default=5, help="whole-trace reads per run")
+    parser.add_argument("--seed", type=int, default=18)
+    parser.add_argument(
+        "--phoenix-python",
+        type=Path,
+        default=REPO_ROOT / ".venv-phoenix" / "bin" / "python",
+        help="the interpreter of a virtualenv with arize-phoenix installed",
+    )
+    parser.add_argument("--no-phoenix", action="store_true", help="measure DevAssist alone")
+    parser.add_argument(
+        "--pace",
+        type=float,
+        default=0.0,
+        help="seconds over which the spans end (an agent at work); 0: a burst, the default",
+    )
+    parser.add_argument(
+        "--give-up", type=float, default=900.0, help="seconds to wait for a whole trace"
+    )
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    var_dir = configure_environment(
+        default_database_url=DEFAULT_DATABASE_URL, var_prefix="devassist-otlp-bench-var-"
+    )
+    print(f"{os.cpu_count()} CPUs, load average {machine_load()}")
+    plan = plan_trace(args.spans, args.seed)
+    kinds: dict[str, int] = {}
+    for span in plan.spans:
+        kind = span.attributes["openinference.span.kind"]
+        kinds[kind] = kinds.get(kind, 0) + 1
+    widest = max(len(span.children) for span in plan.spans)
+    print(
+        f"trace: {len(plan.spans)} spans, depth {depth_of(plan)}, widest fan-out {widest}, "
+        f"{sum(s.failed for s in plan.spans)} failed, kinds {kinds}"
+    )
+    if depth_of(plan) < MIN_DEPTH:
+        raise SystemExit(f"the trace is not {MIN_DEPTH} deep: try another --seed")
+    try:
+        ensure_database(os.environ["DATABASE_URL"])
+        import django
+        from django.core.management import call_command
+        from django.db import connection
+
+        django.setup()
+        call_command("migrate", verbosity=0)
+        token = prepare_user()
+        connection.close()
+
+        from tests.servers import daphne_server
+
+        env = {
+            "DATABASE_URL": os.environ["DATABASE_URL"],
+            "DEVASSIST_VAR_DIR": var_dir,
+            "SANDBOX_WARM_ON_START": "0",
+            "SANDBOX_POOL_SIZE": "0",
+            "LOG_LEVEL": "WARNING",
+            "SECRET_KEY": "otlp-benchmark",
+        }
+        results: dict[str, dict[str, float]] = {}
+        with daphne_server(env, timeout_s=60) as base_url:
+            headers = {"Authorization": f"Bearer {token}"}
+            with httpx.Client(base_url=base_url, headers=headers, timeout=120) as client:
+                read_devassist(client, "0" * 31 + "1")  # warm the server up
+                runs = [
+                    measure(
+                        plan,
+                        endpoint=f"{base_url}/v1/traces",
+                        headers=headers,
+                        reader=lambda trace_id: read_devassist(client, trace_id),
+                        reads=args.reads,
+                        poll_s=0.02,
+                        give_up_s=args.give_up,
+                        pace_s=args.pace,
+                    )
+                    for _ in range(args.runs)
+                ]
+            results["DevAssist"] = report("DevAssist (daphne, PostgreSQL)", runs)
+        if not args.no_phoenix and args.phoenix_python.exists():
+            with phoenix_server(args.phoenix_python) as base_url:
+                with httpx.Client(base_url=base_url, timeout=120) as client:
+                    runs = [
+                        measure(
+                            plan,
+                            endpoint=f"{base_url}/v1/traces",
+                            headers={},
+                            reader=lambda trace_id: read_phoenix(client, trace_id),
+                            reads=args.reads,
+                            poll_s=0.25,
+                            give_up_s=args.give_up,
+                            pace_s=args.pace,
+                        )
+                        for _ in range(args.runs)
+                    ]
+                results["Phoenix"] = report("Arize Phoenix (phoenix serve, SQLite)", runs)
+        elif not args.no_phoenix:
+            print(f"\nPhoenix: no interpreter at {args.phoenix_python}; measured DevAssist alone")
+
+        ours = results["DevAssist"]
+        print("\nverdicts:")
+        verdict(
+            f"whole trace readable within {TARGET_READABLE_S:.0f} s of the flush",
+            ours["readable"] < TARGET_READABLE_S,
+            f"{ours['readable']:.2f} s",
+        )
+        if "Phoenix" in results:
+            theirs = results["Phoenix"]
+            for label, key in (("ingest", "ingest"), ("readable", "readable"), ("read", "read")):
+                ratio = theirs[key] / ours[key]
+                print(f"  Phoenix / DevAssist, {label}: {ratio:.1f}x")
+            ingest_ratio = theirs["readable"] / ours["readable"]
+            verdict(
+                f">= {TARGET_RATIO:.0f}x faster than Phoenix to ingest (flush -> readable)",
+                ingest_ratio >= TARGET_RATIO,
+                f"{ingest_ratio:.1f}x",
+            )
+            read_ratio = theirs["read"] / ours["read"]
+            verdict(
+                f">= {TARGET_RATIO:.0f}x faster than Phoenix to read the whole trace",
+                read_ratio >= TARGET_RATIO,
+                f"{read_ratio:.1f}x",
+            )
+        print(f"\nload average after: {machine_load()}")
+    finally:
+        shutil.rmtree(var_dir, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,125 @@
+"""Untrusted Markdown as HTML: markdown-it-py (raw HTML off), code highlighted by Pygments, and
+the result sanitised by nh3, so nothing a model or a document writes can become script, an
+event handler or an htmx attribute. The chat renders answers with it, the document pages
+(``agent.knowledge.views``) ingested documents.
+
+Fenced code blocks get a toolbar (their language; Copy, and Run for a block tagged as Python
+that is not blank, which ``static/chat/chat.js`` wires up); the code itself is in the block's
+``<code>``. An untagged block gets no Run: answers quote a program's output in one. The
+toolbar's words are in the active language (the HTML is rendered for each request, never
+stored).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from html import escape
+from typing import Any
+
+import nh3
+from django.utils.translation import gettext, pgettext
+from markdown_it import MarkdownIt
+from pygments import highlight
+from pygments.formatters import HtmlFormatter
+from pygments.lexers import get_lexer_by_name
+from pygments.util import ClassNotFound
+
+__all__ = ["highlight_code", "render_markdown"]
+
+#: Fence languages the Run button executes in the sandbox (as the streaming renderer in
+#: ``static/chat/chat.js`` has them).
+RUNNABLE = frozenset({"python", "py", "python3", "py3"})
+
+_TAGS = {
+    "a", "b", "blockquote", "br", "button", "code", "del", "div", "em", "h1", "h2", "h3", "h4",
+    "h5", "h6", "hr", "i", "img", "li", "ol", "p", "pre", "s", "span", "strong", "sub", "sup",
+    "table", "tbody", "td", "th", "thead", "tr", "ul",
+}  # fmt: skip
+_ATTRIBUTES = {
+    "a": {"href", "title"},
+    "img": {"src", "alt", "title"},
+    "button": {"type", "class"},
+    "div": {"class", "data-lang"},
+    "span": {"class"},
+    "code": {"class"},
+    "pre": {"class"},
+    "ol": {"start"},
+}
+_FORMATTER = HtmlFormatter(nowrap=True, classprefix="tok-")
+
+
+def highlight_code(code: str, language: str) -> str:
+    """``code`` as HTML highlighted by Pygments for ``language`` (escaped text for a language
+    Pygments does not know), without the enclosing ``<pre><code>``."""
+    try:
+        lexer = get_lexer_by_name(language or "text")
+    except ClassNotFound:
+        return escape(code)
+    return highlight(code, lexer, _FORMATTER)
+
+
+def _fence(renderer: Any, tokens: Any, idx: int, options: Any, env: Any) -> str:
+    token = tokens[idx]
+    language = (token.info or "").strip().split(maxsplit=1)[0].lower() if token.info else ""
+    code = token.content
+    body = highlight_code(code, language)
+    buttons = ""
+    if env.get("code_tools", True):
+        runnable = language in RUNNABLE and code.strip()
+        run_label = escape(pgettext("code block", "Run"))
+        run = f'<button type="button" class="code-run">{run_label}</button>' if runnable else ""
+        copy_label = escape(gettext("Copy"))
+        buttons = f'<button type="button" class="code-copy">{copy_label}</button>{run}'
+    label = language or pgettext("code block", "code")
+    return (
+        f'<div class="codeblock" data-lang="{escape(language)}">'
+        f'<div class="code-tools"><span class="code-lang">{escape(label)}</span>'
+        f"{buttons}</div>"
+        f'<pre class="highlight"><code>{body}</code></pre></div>\n'
+    )
+
+
+@lru_cache(maxsize=1)
+def _parser() -> MarkdownIt:
+    md = MarkdownIt("commonmark", {"html": False, "linkify": False, "breaks": True})
+    md.enable(["table", "strikethrough"])
+    md.add_render_rule("fence", _fence)
+    md.add_render_rule("code_block", _fence)
+    return md
+
+
+def render_markdown(text: str, *, code_tools: bool = True) -> str:
+    """``text`` (untrusted Markdown) as safe HTML: raw HTML in it is shown as text, links keep
+    only http(s)/mailto (or a path on this site) and get ``rel="noopener noreferrer"``,
+    attributes outside a short allow-list (``on*``, ``hx-*``, ``style``...) are dropped.
+    ``code_tools`` False leaves the Copy and Run buttons out of code blocks (a page without
+    ``chat.js``)."""
+    html = _parser().render(text, {"code_tools": code_tools})
+    return nh3.clean(
+        html,
+        tags=_TAGS,
+        attributes=_ATTRIBUTES,
+        url_schemes={"http", "https", "mailto"},
+        link_rel="noopener noreferrer nofollow",
+        strip_comments=True,
+    )
+
+
+#: Pygments styles of the light and dark themes: the two whose every token reaches 4.5:1 on
+#: their own background (``default``'s worst is 4.51, ``github-dark``'s 4.78).
+LIGHT_STYLE = "default"
+DARK_STYLE = "github-dark"
+
+
+def pygments_css() -> str:
+    """``static/chat/pygments.css`` (``manage.py pygments_css`` writes it): ``LIGHT_STYLE`` and
+    ``DARK_STYLE``, each scoped to its theme on ``<html data-theme>`` and, for ``system``, to
+    the matching ``prefers-color-scheme``. Scoping both keeps one style's tokens from showing
+    through where the other defines none."""
+    blocks = ["/* Generated by `manage.py pygments_css` (devassist.markdown.pygments_css). */"]
+    for scheme, style in (("light", LIGHT_STYLE), ("dark", DARK_STYLE)):
+        formatter = HtmlFormatter(classprefix=_FORMATTER.classprefix, style=style)
+        blocks.append(formatter.get_style_defs(f':root[data-theme="{scheme}"] .highlight'))
+        system = formatter.get_style_defs(':root[data-theme="system"] .highlight')
+        blocks.append(f"@media (prefers-color-scheme: {scheme}) {{\n{system}\n}}")
+    return "\n".join(blocks) + "\n"

@@ -1,0 +1,279 @@
+"""The OpenTelemetry export of runs, against a real OTLP/HTTP receiver in the test (an
+http.server decoding the requests with opentelemetry-proto): span names, parents and attributes
+after the GenAI conventions, content only when allowed, Langfuse's export beside it, and a
+collector that is down or hangs never failing or holding up a run."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import threading
+from collections.abc import Iterator
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
+
+from agent.langfuse import langfuse_reset, langfuse_wait_for_exports
+from agent.models import AgentRun, RunStatus
+from agent.otel import otel_flush, otel_reset, span_id_of
+from tests.agent.test_langfuse import LangfuseReceiver
+from tests.conftest import token_client
+from tests.servers import free_port
+
+pytestmark = pytest.mark.django_db
+
+USAGE = {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}
+
+
+class OtlpReceiver:
+    """An OTLP/HTTP trace endpoint on 127.0.0.1 (``/v1/traces``) that decodes every request
+    into ``exports``. With ``hold`` set, each request waits until it is released
+    (``release``); ``arrived`` is set when one came in."""
+
+    def __init__(self, *, hold: bool = False) -> None:
+        self.exports: list[ExportTraceServiceRequest] = []
+        self.headers: list[dict[str, str]] = []
+        self.arrived = threading.Event()
+        self.released = threading.Event()
+        if not hold:
+            self.released.set()
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                receiver.arrived.set()
+                receiver.released.wait(60)
+                if self.path != "/v1/traces":
+                    self.send_error(HTTPStatus.NOT_FOUND)
+                    return
+                if self.headers.get("Content-Encoding") == "gzip":
+                    body = gzip.decompress(body)
+                request = ExportTraceServiceRequest()
+                request.ParseFromString(body)
+                receiver.exports.append(request)
+                receiver.headers.append(dict(self.headers))
+                self.send_response(HTTPStatus.OK)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.base_url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> OtlpReceiver:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.released.set()
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join()
+
+    def spans(self) -> list[tuple[Span, dict[str, Any]]]:
+        """Every span received, with its resource's attributes."""
+        return [
+            (span, attributes(resource_spans.resource))
+            for request in self.exports
+            for resource_spans in request.resource_spans
+            for scope_spans in resource_spans.scope_spans
+            for span in scope_spans.spans
+        ]
+
+
+def attributes(item: Any) -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    for attribute in item.attributes:
+        value = attribute.value
+        kind = value.WhichOneof("value")
+        if kind == "array_value":
+            values[attribute.key] = [v.string_value for v in value.array_value.values]
+        else:
+            values[attribute.key] = getattr(value, kind) if kind else None
+    return values
+
+
+@pytest.fixture(autouse=True)
+def _no_exporter_left() -> Iterator[None]:
+    yield
+    otel_reset()
+
+
+@pytest.fixture
+def receiver() -> Iterator[OtlpReceiver]:
+    with OtlpReceiver() as receiver:
+        yield receiver
+
+
+@pytest.fixture
+def otel_on(settings: Any, receiver: OtlpReceiver) -> OtlpReceiver:
+    settings.OTEL_EXPORTER_OTLP_ENDPOINT = receiver.base_url
+    return receiver
+
+
+def agent_run(user: Any, scripted: Any, message: str = "What is 6*7?") -> AgentRun:
+    """One agent run over the API: a tool call the tool refuses, then the answer."""
+    scripted.script(
+        [
+            {
+                "content": 'Thought: run it\nAction: tool:execute_code\nargs: {"timeout_s": 0}',
+                "usage": USAGE,
+            },
+            {"content": "Thought: done\nAction: final: 42", "usage": USAGE},
+        ]
+    )
+    response = token_client(user).post(
+        "/agent", data=json.dumps({"message": message}), content_type="application/json"
+    )
+    assert response.status_code == HTTPStatus.OK, response.content
+    return AgentRun.objects.get(pk=response.json()["run_id"])
+
+
+def test_a_run_is_exported_as_a_genai_trace(otel_on, scripted, user):
+    run = agent_run(user, scripted)
+    assert otel_flush()
+
+    received = otel_on.spans()
+    spans = {span.name: span for span, _ in received}
+    assert sorted(spans) == [
+        "chat fake-model",
+        "execute_tool execute_code",
+        "invoke_agent devassist",
+    ]
+    chats = [span for span, _ in received if span.name == "chat fake-model"]
+    assert len(chats) == 2
+    resource = received[0][1]
+    assert resource["service.name"] == "devassist"
+
+    assert run.trace_id is not None
+    root = spans["invoke_agent devassist"]
+    assert root.trace_id == run.trace_id.bytes
+    assert root.parent_span_id == b""
+    assert root.span_id == span_id_of(run.id).to_bytes(8, "big")
+    root_values = attributes(root)
+    assert root_values["gen_ai.operation.name"] == "invoke_agent"
+    assert root_values["gen_ai.agent.name"] == "devassist"
+    assert root_values["devassist.run_id"] == str(run.id)
+    assert root_values["devassist.run.status"] == RunStatus.COMPLETED
+    assert root.status.code != Status.STATUS_CODE_ERROR
+
+    for chat in chats:
+        assert chat.trace_id == root.trace_id
+        assert chat.parent_span_id == root.span_id
+        assert chat.kind == Span.SPAN_KIND_CLIENT
+        assert root.start_time_unix_nano <= chat.start_time_unix_nano <= chat.end_time_unix_nano
+        values = attributes(chat)
+        assert values["gen_ai.operation.name"] == "chat"
+        assert values["gen_ai.request.model"] == "fake-model"
+        assert values["gen_ai.usage.input_tokens"] == 11
+        assert values["gen_ai.usage.output_tokens"] == 7
+        assert not chat.events  # content stays home unless allowed
+
+    tool = spans["execute_tool execute_code"]
+    assert tool.parent_span_id == root.span_id
+    tool_values = attributes(tool)
+    assert tool_values["gen_ai.operation.name"] == "execute_tool"
+    assert tool_values["gen_ai.tool.name"] == "execute_code"
+    assert "gen_ai.tool.call.arguments" not in tool_values
+    assert tool.status.code == Status.STATUS_CODE_ERROR
+    assert "code" in tool.status.message
+
+
+def test_content_goes_out_only_when_allowed(otel_on, scripted, user, settings):
+    settings.OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT = "true"
+    agent_run(user, scripted, message="What is 6*7? 请回答")
+    assert otel_flush()
+    received = {span.name: span for span, _ in otel_on.spans()}
+    first, second = sorted(
+        (span for span, _ in otel_on.spans() if span.name.startswith("chat")),
+        key=lambda span: span.start_time_unix_nano,
+    )
+    prompt = {e.name: attributes(e) for e in first.events}
+    messages = json.loads(prompt["gen_ai.content.prompt"]["gen_ai.prompt"])
+    assert messages == [{"role": "user", "content": "What is 6*7? 请回答"}]
+    completion = json.loads(prompt["gen_ai.content.completion"]["gen_ai.completion"])
+    assert "execute_code" in completion[0]["content"]
+    later = json.loads(
+        {e.name: attributes(e) for e in second.events}["gen_ai.content.prompt"]["gen_ai.prompt"]
+    )
+    assert [m["role"] for m in later] == ["user", "assistant", "tool"]
+    tool = attributes(received["execute_tool execute_code"])
+    assert json.loads(tool["gen_ai.tool.call.arguments"]) == {"timeout_s": 0}
+    assert "code" in tool["gen_ai.tool.call.result"]
+    root_events = {e.name: attributes(e) for e in received["invoke_agent devassist"].events}
+    answer = json.loads(root_events["gen_ai.content.completion"]["gen_ai.completion"])
+    assert answer == [{"role": "assistant", "content": "42"}]
+
+
+def test_langfuse_and_otlp_exports_work_side_by_side(otel_on, scripted, superuser, settings):
+    langfuse_reset()
+    with LangfuseReceiver() as langfuse:
+        settings.LANGFUSE_PUBLIC_KEY = "pk-lf-otel-side-by-side"
+        settings.LANGFUSE_SECRET_KEY = "sk-lf-test"
+        settings.LANGFUSE_BASE_URL = langfuse.base_url
+        try:
+            run = agent_run(superuser, scripted)
+            langfuse_wait_for_exports()
+            assert otel_flush()
+            assert len(langfuse.spans(run.langfuse_trace_id)) == 4
+        finally:
+            langfuse_reset()
+    assert len(otel_on.spans()) == 4
+    assert run.trace_id is not None
+    # Two records of one run: Langfuse's trace id is derived from the run id, the OTLP one
+    # is the DevAssist trace id.
+    assert {span.trace_id for span, _ in otel_on.spans()} == {run.trace_id.bytes}
+
+
+def test_a_collector_that_is_down_fails_no_run(settings, scripted, user, monkeypatch):
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "1")
+    settings.OTEL_EXPORTER_OTLP_ENDPOINT = f"http://127.0.0.1:{free_port()}"  # nothing listens
+    for _ in range(2):
+        run = agent_run(user, scripted)
+        assert run.status == RunStatus.COMPLETED
+    otel_flush(10_000)  # the exporter gives up; nothing raises
+
+
+def test_a_collector_that_hangs_holds_up_no_run(settings, scripted, user):
+    with OtlpReceiver(hold=True) as hanging:
+        settings.OTEL_EXPORTER_OTLP_ENDPOINT = hanging.base_url
+        agent_run(user, scripted)
+        # The exporter's thread sends the first run and waits on the collector...
+        flushing = threading.Thread(target=otel_flush, daemon=True)
+        flushing.start()
+        assert hanging.arrived.wait(30)
+        # ...while the next run is served from start to end all the same.
+        second = agent_run(user, scripted)
+        assert second.status == RunStatus.COMPLETED
+        assert not hanging.exports
+        hanging.released.set()
+        flushing.join(30)
+        assert otel_flush()
+        names = [span.name for span, _ in hanging.spans()]
+    assert names.count("invoke_agent devassist") == 2
+
+
+def test_the_export_is_off_without_an_endpoint_or_when_disabled(settings, receiver):
+    from agent.otel import OtelConfig
+
+    assert OtelConfig.current() is None
+    settings.OTEL_EXPORTER_OTLP_ENDPOINT = receiver.base_url + "/"
+    config = OtelConfig.current()
+    assert config is not None
+    assert config.endpoint == receiver.base_url + "/v1/traces"
+    settings.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT = "http://collector:4318/custom"
+    assert OtelConfig.current().endpoint == "http://collector:4318/custom"  # type: ignore[union-attr]
+    settings.OTEL_EXPORTER_OTLP_PROTOCOL = "grpc"
+    assert OtelConfig.current() is None
+    settings.OTEL_EXPORTER_OTLP_PROTOCOL = "http/protobuf"
+    settings.OTEL_SDK_DISABLED = True
+    assert OtelConfig.current() is None

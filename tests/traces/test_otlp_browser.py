@@ -1,0 +1,106 @@
+"""Traces that came in over OTLP in the trace browser (the system Chromium, DevAssist under
+daphne): an OpenInference-style and a GenAI-style trace rendered, and spans that arrive
+children first moving under their parent live."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import httpx
+import pytest
+
+from devassist.tokens import api_token_create
+from tests.traces.otlp_clients import PROTOBUF, protobuf_body, sdk_spans
+from tests.traces.test_otlp_ingest import genai_agent, openinference_agent
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def send(app_server: str, token: str, spans: list[Any]) -> None:
+    response = httpx.post(
+        f"{app_server}/v1/traces",
+        content=protobuf_body(spans),
+        headers={"Content-Type": PROTOBUF, "Authorization": f"Bearer {token}"},
+        timeout=30,
+    )
+    assert response.status_code == 200, response.text
+
+
+def trace_id(spans: list[Any]) -> uuid.UUID:
+    return uuid.UUID(int=spans[0].context.trace_id)
+
+
+def test_an_openinference_trace_in_the_browser(page, login, screenshot, app_server) -> None:
+    user = login("ada")
+    _, token = api_token_create(user=user, name="otel")
+    spans = sdk_spans(openinference_agent, service="calc-agent")
+    send(app_server, token, spans)
+
+    page.goto(f"/traces/{trace_id(spans)}/")
+    page.locator("h1").filter(has_text="What is 2+2?").wait_for()
+    tree = page.locator("#tree")
+    root = tree.locator("li.node.t-goal").first
+    assert "agent" in root.locator(":scope > .row .name").inner_text()
+    llm = tree.locator("li.node.t-thought").first
+    assert "ChatCompletion" in llm.inner_text()
+    assert "15 tok" in llm.inner_text()
+    tool = tree.locator("li.node.t-action").first
+    assert "err" in (tool.get_attribute("class") or "")
+    assert tree.locator("li.node.t-memory_read").count() == 1
+    page.locator('[data-total="error_count"]').filter(has_text="1").wait_for()
+    assert "calc-agent" in page.locator(".totals").inner_text()
+
+    tool.locator(":scope > .row a.name").click()
+    detail = page.locator("#detail")
+    detail.filter(has_text="the calculator timed out").wait_for()
+    assert "tool_name" in detail.inner_text()
+    assert "openinference.span.kind" in detail.inner_text()
+    screenshot("openinference")
+
+
+def test_a_genai_trace_in_the_browser(page, login, screenshot, app_server) -> None:
+    user = login("ada")
+    _, token = api_token_create(user=user, name="otel")
+    spans = sdk_spans(genai_agent, service="weather-agent")
+    send(app_server, token, spans)
+
+    page.goto(f"/traces/{trace_id(spans)}/")
+    chat = page.locator("#tree li.node.t-thought").first
+    chat.wait_for()
+    assert "chat gpt-4o" in chat.inner_text()
+    assert "42 tok" in chat.inner_text()
+    tool = page.locator("#tree li.node.t-action").first
+    assert "execute_tool get_weather" in tool.inner_text()
+    assert "err" in (tool.get_attribute("class") or "")
+    page.locator('[data-total="total_tokens"]').filter(has_text="42").wait_for()
+
+    chat.locator(":scope > .row a.name").click()
+    page.locator("#detail").filter(has_text="Weather in Paris?").wait_for()
+    screenshot("genai")
+
+
+def test_spans_sent_before_their_parent_move_under_it_live(
+    page, login, screenshot, app_server
+) -> None:
+    user = login("ada")
+    _, token = api_token_create(user=user, name="otel")
+    spans = sdk_spans(openinference_agent)
+    children, root = spans[:-1], spans[-1]
+    send(app_server, token, children)
+
+    page.goto(f"/traces/{trace_id(spans)}/")
+    page.locator("#live-state").filter(has_text="live").wait_for()
+    top = page.locator("#tree > ul.tree > li.node")
+    assert top.count() == 3
+    screenshot("waiting")
+
+    send(app_server, token, [root])
+    page.wait_for_function("document.querySelectorAll('#tree > ul.tree > li.node').length === 1")
+    agent = top.first
+    assert "agent" in agent.locator(":scope > .row .name").inner_text()
+    agent.locator("li.node.t-action").wait_for()
+    assert agent.locator("li.node").count() == 3
+    assert page.locator("#tree li.node").count() == 4
+    page.locator("#trace-status").filter(has_text="completed").wait_for()
+    screenshot("attached")

@@ -1,0 +1,529 @@
+"""OTLP/HTTP ingestion at /v1/traces through the ASGI application: spans made by the real
+OpenTelemetry SDK, encoded by its OTLP encoder (protobuf) or as OTLP/JSON, become traces and
+steps; out-of-order batches, re-sends, errors, token usage, the live watch."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from decimal import Decimal
+from http import HTTPStatus
+from typing import Any
+
+import httpx
+import pytest
+from asgiref.sync import sync_to_async
+from channels.testing import WebsocketCommunicator
+from opentelemetry import trace as otel_trace
+from opentelemetry.trace import SpanKind, Status, StatusCode
+
+from devassist.asgi import application
+from devassist.tokens import api_token_create
+from tests.traces.otlp_clients import (
+    JSON,
+    PROTOBUF,
+    gzipped,
+    json_body,
+    partial_success,
+    post_otlp,
+    protobuf_body,
+    sdk_spans,
+)
+from traces.models import Step, StepStatus, StepType, Trace, TraceStatus
+from traces.otlp import span_step_id
+from traces.selectors import trace_tree
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+async def token_for(user: Any) -> str:
+    _, raw = await sync_to_async(api_token_create)(user=user, name="otlp")
+    return raw
+
+
+def openinference_agent(tracer: otel_trace.Tracer) -> None:
+    """An OpenInference-instrumented agent: an AGENT span over an LLM call, a TOOL call that
+    fails and a RETRIEVER."""
+    with tracer.start_as_current_span(
+        "agent",
+        attributes={
+            "openinference.span.kind": "AGENT",
+            "input.value": "What is 2+2?",
+            "output.value": "4",
+        },
+    ):
+        with tracer.start_as_current_span(
+            "ChatCompletion",
+            kind=SpanKind.CLIENT,
+            attributes={
+                "openinference.span.kind": "LLM",
+                "llm.model_name": "gpt-4o-mini",
+                "llm.token_count.prompt": 10,
+                "llm.token_count.completion": 5,
+                "llm.token_count.total": 15,
+                "input.value": '{"messages": [{"role": "user", "content": "2+2"}]}',
+                "input.mime_type": "application/json",
+                "output.value": "call the calculator",
+            },
+        ):
+            pass
+        with tracer.start_as_current_span(
+            "calculator",
+            attributes={
+                "openinference.span.kind": "TOOL",
+                "tool.name": "calculator",
+                "tool.parameters": '{"expression": "2+2"}',
+                "output.value": "4",
+            },
+        ) as tool:
+            tool.add_event("retry", {"attempt": 2})
+            tool.set_status(Status(StatusCode.ERROR, "the calculator timed out"))
+        with tracer.start_as_current_span(
+            "retrieve", attributes={"openinference.span.kind": "RETRIEVER"}
+        ):
+            pass
+
+
+def genai_agent(tracer: otel_trace.Tracer) -> None:
+    """An agent instrumented after the OTel GenAI semantic conventions."""
+    with tracer.start_as_current_span(
+        "invoke_agent weather",
+        attributes={"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "weather"},
+    ):
+        with tracer.start_as_current_span(
+            "chat gpt-4o",
+            kind=SpanKind.CLIENT,
+            attributes={
+                "gen_ai.operation.name": "chat",
+                "gen_ai.request.model": "gpt-4o",
+                "gen_ai.usage.input_tokens": 30,
+                "gen_ai.usage.output_tokens": 12,
+                "gen_ai.usage.cost": 0.0021,
+            },
+        ) as chat:
+            chat.add_event("gen_ai.content.prompt", {"gen_ai.prompt": "Weather in Paris?"})
+        with tracer.start_as_current_span(
+            "execute_tool get_weather",
+            attributes={"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "get_weather"},
+        ) as tool:
+            try:
+                raise TimeoutError("weather service down")
+            except TimeoutError as exc:
+                tool.record_exception(exc)
+                tool.set_status(Status(StatusCode.ERROR))
+
+
+def trace_of(spans: list[Any]) -> uuid.UUID:
+    return uuid.UUID(int=spans[0].context.trace_id)
+
+
+def step_of(span: Any) -> uuid.UUID:
+    return span_step_id(
+        span.context.trace_id.to_bytes(16, "big"), span.context.span_id.to_bytes(8, "big")
+    )
+
+
+@sync_to_async
+def stored(trace_id: uuid.UUID) -> tuple[Trace, dict[str, Step], list[dict[str, Any]]]:
+    trace = Trace.objects.select_related("user").get(pk=trace_id)
+    steps = {s.name: s for s in Step.objects.filter(trace=trace)}
+    return trace, steps, trace_tree(trace=trace)
+
+
+@pytest.mark.parametrize("encoding", [PROTOBUF, JSON])
+async def test_an_openinference_trace_becomes_a_tree_of_steps(user, encoding):
+    spans = sdk_spans(openinference_agent, service="calc-agent")
+    body = protobuf_body(spans) if encoding == PROTOBUF else json_body(spans)
+    response = await post_otlp(body, token=await token_for(user), content_type=encoding)
+    assert response.status_code == HTTPStatus.OK, response.content
+    assert response.headers["content-type"] == encoding
+    assert partial_success(response) == (0, "")
+
+    trace, steps, tree = await stored(trace_of(spans))
+    assert trace.user_id == user.id
+    assert trace.agent_type == "calc-agent"
+    assert trace.status == TraceStatus.COMPLETED  # the root span ended without an error
+    assert trace.task == "What is 2+2?"
+    assert trace.metadata["otel"]["trace_id"] == trace_of(spans).hex
+    assert (trace.total_steps, trace.root_count, trace.total_tokens, trace.error_count) == (
+        4,
+        1,
+        15,
+        1,
+    )
+    (root,) = tree
+    assert root["name"] == "agent"
+    assert root["step_type"] == StepType.GOAL
+    assert [c["name"] for c in root["children"]] == ["ChatCompletion", "calculator", "retrieve"]
+    assert [c["step_type"] for c in root["children"]] == ["thought", "action", "memory_read"]
+    assert root["subtree_error_count"] == 1
+    assert root["subtree_tokens"] == 15
+
+    llm = steps["ChatCompletion"]
+    assert llm.id == step_of(next(s for s in spans if s.name == "ChatCompletion"))
+    assert llm.parent_id == steps["agent"].id
+    assert llm.tokens == 15
+    assert llm.data["model"] == "gpt-4o-mini"
+    assert llm.data["usage"] == {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
+    assert llm.data["input"] == {"messages": [{"role": "user", "content": "2+2"}]}
+    assert llm.data["output"] == "call the calculator"
+    assert "input.value" not in llm.data["attributes"]
+    assert llm.data["attributes"]["openinference.span.kind"] == "LLM"
+    assert llm.data["otel_span"]["kind"] == "client"
+    assert llm.duration_ms is not None
+
+    tool = steps["calculator"]
+    assert tool.status == StepStatus.FAILED
+    assert tool.error == "the calculator timed out"
+    assert tool.data["tool_name"] == "calculator"
+    assert tool.data["arguments"] == {"expression": "2+2"}
+    assert tool.data["result"] == "4"
+    assert tool.data["events"][0]["name"] == "retry"
+    assert tool.data["events"][0]["attributes"] == {"attempt": 2}
+    assert tool.started_at is not None
+    assert tool.finished_at is not None
+
+
+async def test_a_genai_trace_maps_operations_usage_cost_and_exceptions(user):
+    spans = sdk_spans(genai_agent)
+    response = await post_otlp(
+        gzipped(protobuf_body(spans)),
+        token=await token_for(user),
+        headers={"Content-Encoding": "gzip"},
+    )
+    assert response.status_code == HTTPStatus.OK, response.content
+    trace, steps, _ = await stored(trace_of(spans))
+    assert steps["invoke_agent weather"].step_type == StepType.GOAL
+    chat = steps["chat gpt-4o"]
+    assert chat.step_type == StepType.THOUGHT
+    assert chat.tokens == 42
+    assert chat.cost == Decimal("0.00210000")
+    assert chat.data["model"] == "gpt-4o"
+    assert chat.data["events"][0]["attributes"] == {"gen_ai.prompt": "Weather in Paris?"}
+    tool = steps["execute_tool get_weather"]
+    assert tool.step_type == StepType.ACTION
+    assert tool.data["tool_name"] == "get_weather"
+    assert tool.status == StepStatus.FAILED
+    assert tool.error == "TimeoutError: weather service down"
+    assert (trace.total_tokens, trace.total_cost, trace.error_count) == (
+        42,
+        Decimal("0.00210000"),
+        1,
+    )
+
+
+async def test_children_sent_before_their_parents_are_kept_then_attached(user):
+    spans = sdk_spans(openinference_agent)  # in the order they ended: children first
+    token = await token_for(user)
+    root = spans[-1]
+    for span in spans[:-1]:
+        assert (await post_otlp(protobuf_body([span]), token=token)).status_code == HTTPStatus.OK
+    trace, steps, tree = await stored(trace_of(spans))
+    assert trace.status == TraceStatus.RUNNING  # until its root span ends
+    assert trace.root_count == 3
+    assert all(s.pending_parent_id == step_of(root) for s in steps.values())
+    assert len(tree) == 3
+
+    assert (await post_otlp(protobuf_body([root]), token=token)).status_code == HTTPStatus.OK
+    trace, steps, tree = await stored(trace_of(spans))
+    assert trace.status == TraceStatus.COMPLETED
+    assert trace.root_count == 1
+    (top,) = tree
+    # Siblings keep the order they arrived in (the seqs they were given).
+    assert [c["name"] for c in top["children"]] == ["ChatCompletion", "calculator", "retrieve"]
+    assert top["subtree_steps"] == 4
+    assert top["subtree_tokens"] == 15
+    assert top["subtree_error_count"] == 1
+    assert all(c["depth"] == 1 for c in top["children"])
+
+
+async def test_re_sent_spans_are_idempotent(user):
+    spans = sdk_spans(genai_agent)
+    token = await token_for(user)
+    body = protobuf_body(spans)
+    assert (await post_otlp(body, token=token)).status_code == HTTPStatus.OK
+    before = await stored(trace_of(spans))
+    again = await post_otlp(body, token=token)
+    assert again.status_code == HTTPStatus.OK
+    assert partial_success(again) == (0, "")
+    after = await stored(trace_of(spans))
+    assert after[0].total_steps == before[0].total_steps == 3
+    assert after[0].last_seq == before[0].last_seq
+    assert after[2] == before[2]
+
+
+async def test_the_api_token_is_taken_as_x_api_key_too(user):
+    spans = sdk_spans(genai_agent)
+    response = await post_otlp(
+        protobuf_body(spans), token=await token_for(user), header="x-api-key"
+    )
+    assert response.status_code == HTTPStatus.OK
+    assert (await stored(trace_of(spans)))[0].user_id == user.id
+
+
+async def test_the_live_watch_shows_spans_as_they_arrive(user):
+    spans = sdk_spans(openinference_agent)
+    token = await token_for(user)
+    first, rest, root = spans[0], spans[1:-1], spans[-1]
+    assert (await post_otlp(protobuf_body([first]), token=token)).status_code == HTTPStatus.OK
+    trace_id = trace_of(spans)
+    watcher = WebsocketCommunicator(
+        application,
+        f"/api/traces/{trace_id}/watch",
+        headers=[(b"authorization", f"Bearer {token}".encode())],
+    )
+    connected, _ = await watcher.connect()
+    assert connected
+    try:
+        hello = await watcher.receive_json_from(timeout=10)
+        assert hello["event"] == "connected"
+        await post_otlp(protobuf_body(rest), token=token)
+        for span in rest:
+            message = await watcher.receive_json_from(timeout=10)
+            assert message["event"] == "step_added"
+            assert message["step"]["name"] == span.name
+        await post_otlp(protobuf_body([root]), token=token)
+        added = await watcher.receive_json_from(timeout=10)
+        assert added["event"] == "step_added"
+        assert added["step"]["name"] == "agent"
+        assert added["step"]["subtree_steps"] == 4
+        moved = [await watcher.receive_json_from(timeout=10) for _ in spans[:-1]]
+        assert {m["event"] for m in moved} == {"step_updated"}
+        assert {m["step_id"] for m in moved} == {str(step_of(s)) for s in spans[:-1]}
+        assert {m["updates"]["parent_id"] for m in moved} == {str(step_of(root))}
+        done = await watcher.receive_json_from(timeout=10)
+        assert done["event"] == "trace_completed"
+        assert done["trace"]["status"] == "completed"
+    finally:
+        await watcher.disconnect()
+
+
+# --- bad input ----------------------------------------------------------------------------------
+
+
+def rpc_status(response: Any) -> tuple[int, str]:
+    """``(code, message)`` of a ``google.rpc.Status`` answer, in either encoding."""
+    from google.rpc import status_pb2
+
+    if response.headers["content-type"].startswith(JSON):
+        body = response.json()
+        return body["code"], body["message"]
+    status = status_pb2.Status()
+    status.ParseFromString(response.content)
+    return status.code, status.message
+
+
+async def nothing_stored() -> bool:
+    return not await Trace.objects.aexists()
+
+
+async def test_no_token_or_a_wrong_one_is_401(user):
+    body = protobuf_body(sdk_spans(genai_agent))
+    for token in (None, "da_not-a-token"):
+        response = await post_otlp(body, token=token)
+        assert response.status_code == HTTPStatus.UNAUTHORIZED
+        code, message = rpc_status(response)
+        assert code == 16  # UNAUTHENTICATED
+        assert "x-api-key" in message
+    assert await nothing_stored()
+
+
+@pytest.mark.parametrize(
+    ("body", "content_type", "headers", "status", "words"),
+    [
+        (b"\xff\xff\xff\xff", PROTOBUF, {}, HTTPStatus.BAD_REQUEST, "Malformed protobuf"),
+        (b'{"resourceSpans": [', JSON, {}, HTTPStatus.BAD_REQUEST, "Malformed JSON"),
+        (b'{"resourceSpans": 3}', JSON, {}, HTTPStatus.BAD_REQUEST, "Invalid OTLP JSON"),
+        (b"[]", JSON, {}, HTTPStatus.BAD_REQUEST, "must be an object"),
+        (b"x", "text/plain", {}, HTTPStatus.UNSUPPORTED_MEDIA_TYPE, "Content-Type"),
+        (b"x", PROTOBUF, {"Content-Encoding": "br"}, HTTPStatus.UNSUPPORTED_MEDIA_TYPE, "br"),
+        (b"not gzip", PROTOBUF, {"Content-Encoding": "gzip"}, HTTPStatus.BAD_REQUEST, "gzip"),
+    ],
+)
+async def test_bodies_that_do_not_decode_are_refused_whole(
+    user, body, content_type, headers, status, words
+):
+    response = await post_otlp(
+        body, token=await token_for(user), content_type=content_type, headers=headers
+    )
+    assert response.status_code == status
+    code, message = rpc_status(response)
+    assert code == 3  # INVALID_ARGUMENT
+    assert words in message
+    assert await nothing_stored()
+
+
+async def test_bodies_over_the_size_limit_are_413(user, settings):
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 50_000
+    token = await token_for(user)
+    big = protobuf_body(
+        sdk_spans(lambda t: t.start_span("x", attributes={"blob": "a" * 60_000}).end())
+    )
+    plain = await post_otlp(big, token=token)
+    assert plain.status_code == HTTPStatus.REQUEST_ENTITY_TOO_LARGE
+    # A small gzip body that inflates past the limit (a "zip bomb") is refused as it inflates.
+    bomb = await post_otlp(gzipped(big), token=token, headers={"Content-Encoding": "gzip"})
+    assert bomb.status_code == HTTPStatus.REQUEST_ENTITY_TOO_LARGE
+    assert rpc_status(bomb)[0] == 8  # RESOURCE_EXHAUSTED
+    assert await nothing_stored()
+
+
+async def test_more_spans_than_a_request_may_hold_is_413(user, settings):
+    settings.OTLP_MAX_SPANS = 5
+
+    def many(tracer: otel_trace.Tracer) -> None:
+        for index in range(6):
+            tracer.start_span(f"s{index}").end()
+
+    response = await post_otlp(protobuf_body(sdk_spans(many)), token=await token_for(user))
+    assert response.status_code == HTTPStatus.REQUEST_ENTITY_TOO_LARGE
+    assert "6 spans" in rpc_status(response)[1]
+    assert await nothing_stored()
+
+
+def siblings(tracer: otel_trace.Tracer) -> None:
+    """Three spans of one trace, under a parent that is never sent."""
+    parent = otel_trace.set_span_in_context(tracer.start_span("never ended"))
+    for index in range(3):
+        tracer.start_span(f"s{index}", context=parent).end()
+
+
+def damaged(spans: list[Any], damage: Any) -> bytes:
+    """The protobuf body of ``spans`` with ``damage(span)`` applied to the last one's proto."""
+    from tests.traces.otlp_clients import export_request
+
+    request = export_request(spans)
+    damage(request.resource_spans[0].scope_spans[0].spans[-1])
+    return request.SerializeToString()
+
+
+def _zero_trace_id(span: Any) -> None:
+    span.trace_id = b"\x00" * 16
+
+
+def _short_span_id(span: Any) -> None:
+    span.span_id = b"\x01\x02\x03\x04\x05"
+
+
+def _own_parent(span: Any) -> None:
+    span.parent_span_id = span.span_id
+
+
+def _far_future(span: Any) -> None:
+    span.end_time_unix_nano = 2**63
+
+
+def _no_start(span: Any) -> None:
+    span.start_time_unix_nano = 0
+
+
+def _many_attributes(span: Any) -> None:
+    for index in range(100_000):
+        attribute = span.attributes.add()
+        attribute.key = f"k{index}"
+        attribute.value.int_value = index
+
+
+def _huge_value(span: Any) -> None:
+    attribute = span.attributes.add()
+    attribute.key = "prompt"
+    attribute.value.string_value = "x" * 2_000_000
+
+
+@pytest.mark.parametrize(
+    ("damage", "words"),
+    [
+        (_zero_trace_id, "trace id is all zeros"),
+        (_short_span_id, "span id must be 8 bytes, got 5"),
+        (_own_parent, "its own parent"),
+        (_far_future, "in the future"),
+        (_no_start, "no start time"),
+        (_many_attributes, "100000 attributes"),
+        (_huge_value, "2000000 characters"),
+    ],
+)
+async def test_a_bad_span_is_rejected_and_the_others_are_stored(user, damage, words):
+    spans = sdk_spans(siblings)
+    response = await post_otlp(damaged(spans, damage), token=await token_for(user))
+    assert response.status_code == HTTPStatus.OK, response.content
+    rejected, message = partial_success(response)
+    assert rejected == 1
+    assert words in message
+    _, steps, _ = await stored(trace_of(spans))
+    assert sorted(steps) == ["s0", "s1"]
+
+
+async def test_a_request_whose_every_span_is_bad_is_400(user):
+    spans = sdk_spans(lambda t: t.start_span("only").end())
+    response = await post_otlp(damaged(spans, _no_start), token=await token_for(user))
+    assert response.status_code == HTTPStatus.BAD_REQUEST
+    assert "1 span(s) rejected" in rpc_status(response)[1]
+    assert await nothing_stored()
+
+
+async def test_json_ids_that_are_not_ids_reject_their_span(user):
+    spans = sdk_spans(siblings)
+    document = json.loads(json_body(spans))
+    document["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["spanId"] = "not-an-id!"
+    response = await post_otlp(
+        json.dumps(document).encode(), token=await token_for(user), content_type=JSON
+    )
+    assert response.status_code == HTTPStatus.OK
+    assert partial_success(response)[0] == 1
+
+
+async def test_another_users_trace_is_refused_and_left_untouched(user, other_user):
+    spans = sdk_spans(openinference_agent)
+    mine = await post_otlp(protobuf_body(spans[:2]), token=await token_for(user))
+    assert mine.status_code == HTTPStatus.OK
+    before = await stored(trace_of(spans))
+
+    intruder = await token_for(other_user)
+    theirs = await post_otlp(protobuf_body(spans[2:]), token=intruder)
+    assert theirs.status_code == HTTPStatus.FORBIDDEN
+    assert rpc_status(theirs)[0] == 7  # PERMISSION_DENIED
+    after = await stored(trace_of(spans))
+    assert after[0].last_seq == before[0].last_seq
+    assert after[2] == before[2]
+    assert after[0].status == TraceStatus.RUNNING
+
+    # With a trace of its own in the same request, that one is stored: partial success.
+    own = sdk_spans(genai_agent)
+    mixed = await post_otlp(protobuf_body([*spans[2:], *own]), token=intruder)
+    assert mixed.status_code == HTTPStatus.OK
+    rejected, message = partial_success(mixed)
+    assert rejected == len(spans) - 2
+    assert "another user" in message
+    assert (await stored(trace_of(own)))[0].user_id == other_user.id
+
+
+async def test_a_trace_recorded_another_way_takes_no_otlp_spans(user):
+    spans = sdk_spans(genai_agent)
+    await sync_to_async(Trace.objects.create)(id=trace_of(spans), user=user, task="API trace")
+    response = await post_otlp(protobuf_body(spans), token=await token_for(user))
+    assert response.status_code == HTTPStatus.BAD_REQUEST
+    assert "not recorded over OTLP" in rpc_status(response)[1]
+    assert not await Step.objects.aexists()
+
+
+async def test_a_trace_the_store_refuses_is_stored_not_at_all(user):
+    """Two spans whose costs together pass what the trace's total may hold: the trace's
+    spans are all rejected, none of them half stored."""
+
+    def costly(tracer: otel_trace.Tracer) -> None:
+        with tracer.start_as_current_span("root", attributes={"gen_ai.usage.cost": 6e11}):
+            tracer.start_span("child", attributes={"gen_ai.usage.cost": 6e11}).end()
+
+    response = await post_otlp(protobuf_body(sdk_spans(costly)), token=await token_for(user))
+    assert response.status_code == HTTPStatus.BAD_REQUEST
+    assert "cost" in rpc_status(response)[1]
+    assert await nothing_stored()
+
+
+async def test_get_is_405(user):
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=application), base_url="http://127.0.0.1"
+    ) as client:
+        response = await client.get("/v1/traces")
+    assert response.status_code == HTTPStatus.METHOD_NOT_ALLOWED
+    assert response.headers["allow"] == "POST"

@@ -1,0 +1,343 @@
+"""The trace store's out-of-order writes (what OTLP ingestion relies on): steps sent before
+their parents wait at the top level and move under them when they arrive, with rollups, paths
+and depths as if the tree had come in order."""
+
+from __future__ import annotations
+
+import functools
+import random
+import uuid
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from traces.exceptions import TraceNotFound
+from traces.models import Step, Trace, TraceEvent, TraceStatus
+from traces.selectors import trace_tree
+from traces.store import OrmTraceStore, StepCreate
+
+pytestmark = pytest.mark.django_db
+
+
+def span(
+    step_id: uuid.UUID,
+    parent: uuid.UUID | None,
+    *,
+    tokens: int = 0,
+    failed: bool = False,
+    cost: str = "0",
+) -> StepCreate:
+    return StepCreate(
+        id=step_id,
+        parent_id=parent,
+        step_type="action",
+        name=str(step_id)[:8],
+        status="failed" if failed else "completed",
+        error="boom" if failed else "",
+        tokens=tokens,
+        cost=Decimal(cost),
+        out_of_order=True,
+    )
+
+
+def new_trace(user: Any) -> Trace:
+    return Trace(id=uuid.uuid4(), user=user, task="", agent_type="otel", metadata={"otel": {}})
+
+
+def tree_state(trace_id: uuid.UUID) -> dict[str, Any]:
+    """What must not depend on the order the steps came in: each step's place and rollups
+    (paths as step ids, since seqs follow the order), and the trace's totals."""
+    steps = list(Step.objects.filter(trace_id=trace_id))
+    by_seq = {s.seq: s.id for s in steps}
+    trace = Trace.objects.get(pk=trace_id)
+    return {
+        "steps": {
+            s.id: (
+                s.parent_id,
+                s.pending_parent_id,
+                s.depth,
+                [by_seq[seq] for seq in s.path],
+                s.children_count,
+                s.subtree_steps,
+                s.subtree_error_count,
+                s.subtree_tokens,
+                s.subtree_cost,
+            )
+            for s in steps
+        },
+        "totals": (
+            trace.total_steps,
+            trace.root_count,
+            trace.total_tokens,
+            trace.total_cost,
+            trace.error_count,
+        ),
+    }
+
+
+def test_a_child_sent_before_its_parent_waits_at_the_top_and_moves_under_it(user):
+    store = OrmTraceStore()
+    trace = new_trace(user)
+    root, child, grandchild = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+    store.open_or_add_sync(trace, [span(grandchild, child, tokens=5, failed=True)])
+    waiting = Step.objects.get(pk=grandchild)
+    assert (waiting.parent_id, waiting.pending_parent_id, waiting.depth) == (None, child, 0)
+    assert Trace.objects.get(pk=trace.id).root_count == 1
+
+    store.open_or_add_sync(trace, [span(child, root, tokens=7)])
+    moved = Step.objects.get(pk=grandchild)
+    parent = Step.objects.get(pk=child)
+    assert (moved.parent_id, moved.pending_parent_id, moved.depth) == (child, None, 1)
+    assert moved.path == [parent.seq]
+    assert parent.pending_parent_id == root
+    assert (parent.children_count, parent.subtree_steps, parent.subtree_tokens) == (1, 2, 12)
+    assert parent.subtree_error_count == 1
+    event = TraceEvent.objects.filter(trace_id=trace.id).order_by("-seq").first()
+    assert event is not None
+    assert event.event == "step_updated"
+    assert event.payload["step_id"] == str(grandchild)
+    assert event.payload["updates"] == {"parent_id": str(child), "depth": 1}
+
+    store.open_or_add_sync(trace, [span(root, None)])
+    stored = Trace.objects.get(pk=trace.id)
+    assert (stored.root_count, stored.total_steps, stored.total_tokens, stored.error_count) == (
+        1,
+        3,
+        12,
+        1,
+    )
+    top = Step.objects.get(pk=root)
+    assert (top.subtree_steps, top.subtree_tokens, top.subtree_error_count) == (3, 12, 1)
+    assert Step.objects.get(pk=grandchild).path == [top.seq, parent.seq]
+    assert Step.objects.get(pk=grandchild).depth == 2
+    (tree,) = trace_tree(trace=stored)
+    assert tree["step_id"] == str(root)
+    assert tree["children"][0]["children"][0]["step_id"] == str(grandchild)
+
+
+def test_a_batch_in_any_order_is_placed_within_the_batch(user):
+    store = OrmTraceStore()
+    trace = new_trace(user)
+    a, b, c = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+    # Leaves first, as a span processor sends them: c under b under a.
+    store.open_or_add_sync(trace, [span(c, b, tokens=1), span(b, a, tokens=2), span(a, None)])
+    state = tree_state(trace.id)
+    assert state["steps"][c][:4] == (b, None, 2, [a, b])
+    assert state["totals"][:3] == (3, 1, 3)
+    assert not TraceEvent.objects.filter(trace_id=trace.id, event="step_updated").exists()
+
+
+def random_tree(rng: random.Random, size: int) -> list[StepCreate]:
+    """``size`` spans: a root, each later one under a random earlier one, some failed, with
+    tokens and costs."""
+    ids = [uuid.uuid4() for _ in range(size)]
+    items = [span(ids[0], None, tokens=1)]
+    for index in range(1, size):
+        items.append(
+            span(
+                ids[index],
+                ids[rng.randrange(index)],
+                tokens=rng.randrange(5),
+                failed=rng.random() < 0.2,
+                cost=str(Decimal(rng.randrange(100)) / 1000),
+            )
+        )
+    return items
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(seed=st.integers(0, 2**32), size=st.integers(1, 40), batches=st.integers(1, 8))
+def test_any_order_and_any_batching_give_the_tree_that_came_in_order(user, seed, size, batches):
+    rng = random.Random(seed)
+    items = random_tree(rng, size)
+    store = OrmTraceStore()
+    in_order = new_trace(user)
+    store.open_or_add_sync(in_order, items)
+
+    shuffled = items[:]
+    rng.shuffle(shuffled)
+    cuts = sorted(rng.sample(range(1, size), min(batches - 1, size - 1))) if size > 1 else []
+    pieces = [shuffled[i:j] for i, j in zip([0, *cuts], [*cuts, size], strict=True)]
+    out_of_order = new_trace(user)
+    remapped = {item.id: uuid.uuid4() for item in items}
+    for piece in pieces:
+        store.open_or_add_sync(
+            out_of_order,
+            [
+                StepCreate(
+                    **{
+                        **item.__dict__,
+                        "id": remapped[item.id],
+                        "parent_id": remapped.get(item.parent_id) if item.parent_id else None,
+                    }
+                )
+                for item in piece
+            ],
+        )
+    # Re-sending a piece changes nothing.
+    store.open_or_add_sync(
+        out_of_order,
+        [
+            StepCreate(
+                **{
+                    **item.__dict__,
+                    "id": remapped[item.id],
+                    "parent_id": remapped.get(item.parent_id) if item.parent_id else None,
+                }
+            )
+            for item in pieces[0]
+        ],
+    )
+    back = {new: old for old, new in remapped.items()}
+
+    def renamed(state: dict[str, Any]) -> dict[str, Any]:
+        steps = {
+            back[step_id]: (
+                back.get(values[0]) if values[0] else None,
+                values[1],
+                values[2],
+                [back[i] for i in values[3]],
+                *values[4:],
+            )
+            for step_id, values in state["steps"].items()
+        }
+        return {"steps": steps, "totals": state["totals"]}
+
+    assert renamed(tree_state(out_of_order.id)) == tree_state(in_order.id)
+
+
+def test_steps_whose_parents_form_a_loop_are_stored_and_keep_waiting(user):
+    store = OrmTraceStore()
+    trace = new_trace(user)
+    a, b = uuid.uuid4(), uuid.uuid4()
+    store.open_or_add_sync(trace, [span(a, b)])
+    store.open_or_add_sync(trace, [span(b, a)])
+    state = tree_state(trace.id)
+    # b moved under a; a cannot move under its own child, so it stays a waiting top step.
+    assert state["steps"][b][:3] == (a, None, 1)
+    assert state["steps"][a][:3] == (None, b, 0)
+    assert state["totals"][:2] == (2, 1)
+
+
+def test_a_finished_trace_takes_late_steps_without_events(user):
+    store = OrmTraceStore()
+    trace = new_trace(user)
+    root, late = uuid.uuid4(), uuid.uuid4()
+    store.open_or_add_sync(trace, [span(root, None)], complete=TraceStatus.COMPLETED)
+    events = TraceEvent.objects.filter(trace_id=trace.id).count()
+    assert Trace.objects.get(pk=trace.id).status == TraceStatus.COMPLETED
+    store.open_or_add_sync(trace, [span(late, root, tokens=3)], complete=TraceStatus.FAILED)
+    stored = Trace.objects.get(pk=trace.id)
+    assert stored.status == TraceStatus.COMPLETED
+    assert (stored.total_steps, stored.total_tokens) == (2, 3)
+    assert Step.objects.get(pk=late).parent_id == root
+    assert TraceEvent.objects.filter(trace_id=trace.id).count() == events
+
+
+def test_a_refused_check_writes_nothing(user, other_user):
+    store = OrmTraceStore()
+    trace = new_trace(user)
+    store.open_or_add_sync(trace, [span(uuid.uuid4(), None)])
+    before = tree_state(trace.id)
+
+    def refuse(stored: Trace) -> None:
+        raise TraceNotFound("not yours")
+
+    intruder = Trace(id=trace.id, user=other_user, task="x", agent_type="otel")
+    with pytest.raises(TraceNotFound):
+        store.open_or_add_sync(intruder, [span(uuid.uuid4(), None)], check=refuse)
+    assert tree_state(trace.id) == before
+    assert Trace.objects.get(pk=trace.id).user_id == user.id
+
+
+def test_a_batch_with_moves_costs_a_fixed_number_of_queries(user, django_assert_num_queries):
+    store = OrmTraceStore()
+    trace = new_trace(user)
+    root, mid = uuid.uuid4(), uuid.uuid4()
+    leaves = [uuid.uuid4() for _ in range(50)]
+    store.open_or_add_sync(trace, [span(leaf, mid, tokens=1) for leaf in leaves])
+    # savepoint, lock, look-up, trace row, rollups, steps, the moves, events, release:
+    # whatever the number of waiting steps.
+    with django_assert_num_queries(8):
+        store.open_or_add_sync(trace, [span(mid, root), span(root, None)])
+    assert tree_state(trace.id)["totals"][:3] == (52, 1, 50)
+
+
+def test_an_otlp_request_costs_the_same_queries_whatever_its_size(user, django_assert_num_queries):
+    """A request's writes per trace: the lock, the look-up of re-sent and waiting steps, the
+    trace row, the rollups, one insert of the steps and one of their events, one update for
+    the moves (savepoints around each), whatever the number of spans."""
+    from tests.traces.otlp_clients import export_request, sdk_spans
+    from traces.otlp import Limits, request_spans
+    from traces.services import otlp_spans_ingest
+
+    def wide(tracer: Any, fanout: int) -> None:
+        with tracer.start_as_current_span("root"):
+            for group in range(10):
+                with tracer.start_as_current_span(f"group {group}"):
+                    for leaf in range(fanout):
+                        tracer.start_span(f"leaf {group}.{leaf}").end()
+
+    limits = Limits(
+        max_body_bytes=10**8,
+        max_spans=10_000,
+        max_attributes=100,
+        max_events=100,
+        max_value_chars=1000,
+    )
+    for fanout in (5, 50):
+        spans = sdk_spans(functools.partial(wide, fanout=fanout))
+        leaves = [s for s in spans if s.name.startswith("leaf")]
+        parents = [s for s in spans if not s.name.startswith("leaf")]
+        # The leaves first (a new trace: its row is inserted in a savepoint of its own)...
+        with django_assert_num_queries(12):
+            outcome = otlp_spans_ingest(
+                user=user, batch=request_spans(export_request(leaves), limits=limits)
+            )
+        assert outcome.accepted == 10 * fanout
+        # ...then their parents and the root: ten groups adopt their leaves, the root them.
+        with django_assert_num_queries(10):
+            outcome = otlp_spans_ingest(
+                user=user, batch=request_spans(export_request(parents), limits=limits)
+            )
+        assert outcome.accepted == 11
+        trace = Trace.objects.get(pk=uuid.UUID(int=spans[0].context.trace_id))
+        assert (trace.total_steps, trace.root_count, trace.status) == (
+            11 + 10 * fanout,
+            1,
+            TraceStatus.COMPLETED,
+        )
+
+
+def test_a_trace_opened_meanwhile_by_someone_else_is_checked_too(user, other_user, monkeypatch):
+    """Two first batches of one trace id at once: the one that finds no trace and then fails
+    to insert it (the other transaction stored it meanwhile) locks that trace and checks it."""
+    import traces.store as store_module
+
+    store = OrmTraceStore()
+    theirs = new_trace(other_user)
+    store.open_or_add_sync(theirs, [span(uuid.uuid4(), None)])
+    before = tree_state(theirs.id)
+    real = store_module._locked_trace_or_none
+    calls = []
+
+    def missing_at_first(trace_id: uuid.UUID) -> Trace | None:
+        calls.append(trace_id)
+        return None if len(calls) == 1 else real(trace_id)
+
+    monkeypatch.setattr(store_module, "_locked_trace_or_none", missing_at_first)
+
+    def refuse(stored: Trace) -> None:
+        assert stored.user_id == other_user.id
+        raise TraceNotFound("not yours")
+
+    mine = Trace(id=theirs.id, user=user, metadata={"otel": {}})
+    with pytest.raises(TraceNotFound):
+        store.open_or_add_sync(mine, [span(uuid.uuid4(), None)], check=refuse)
+    assert len(calls) == 2  # looked missing, then locked after the insert failed
+    assert tree_state(theirs.id) == before

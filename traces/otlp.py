@@ -1,0 +1,745 @@
+"""OTLP/HTTP trace ingestion, the protocol's side: request bodies (protobuf or JSON, gzip) into
+spans checked against the limits, spans into steps (the mapping of docs/opentelemetry.md), and
+the protocol's answers (``ExportTraceServiceResponse``, ``google.rpc.Status``).
+
+No database here: ``traces.services.otlp_spans_ingest`` writes what this module decodes,
+through the trace store. Ids map deterministically, so a re-sent span is the same step: an
+OTel trace id (16 bytes) *is* the DevAssist trace id (the same 128 bits as a UUID), and a span
+is the step ``uuid5(OTEL_STEP_NAMESPACE, "<trace id hex><span id hex>")``.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import contextlib
+import json
+import time
+import uuid
+import zlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal, InvalidOperation
+from http import HTTPStatus
+from typing import Any
+
+import orjson
+from django.conf import settings
+from google.protobuf import json_format
+from google.protobuf.message import DecodeError
+from google.rpc import code_pb2, status_pb2
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTracePartialSuccess,
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
+
+from traces.models import StepStatus, StepType, TraceStatus
+from traces.store import COST_LIMIT, StepCreate
+
+PROTOBUF = "application/x-protobuf"
+JSON = "application/json"
+
+#: Steps of OTLP spans are named in this namespace (``span_step_id``).
+OTEL_STEP_NAMESPACE = uuid.UUID("5d1c6f2e-8a47-4b0e-9f3a-0b7e1d2c4a59")
+
+#: The tree's ``name`` column holds this many characters of a span's name.
+NAME_CHARS = 200
+#: A trace's task (its root span's input, or name) is cut to this many characters.
+TASK_CHARS = 1000
+#: Spans may end this far after the server's clock (clients' clocks drift); later is refused.
+MAX_CLOCK_SKEW_NS = 24 * 3600 * 10**9
+_TOKENS_MAX = 2**31 - 1
+_COST_QUANTUM = Decimal("0.00000001")
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+class OtlpError(Exception):
+    """A request refused as a whole: its HTTP status and the ``google.rpc.Code`` of its
+    ``Status`` body."""
+
+    def __init__(self, status: HTTPStatus, message: str, *, code: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.code = code if code is not None else _RPC_CODES.get(status, code_pb2.UNKNOWN)
+
+
+_RPC_CODES = {
+    HTTPStatus.BAD_REQUEST: code_pb2.INVALID_ARGUMENT,
+    HTTPStatus.UNAUTHORIZED: code_pb2.UNAUTHENTICATED,
+    HTTPStatus.FORBIDDEN: code_pb2.PERMISSION_DENIED,
+    HTTPStatus.METHOD_NOT_ALLOWED: code_pb2.UNIMPLEMENTED,
+    HTTPStatus.REQUEST_ENTITY_TOO_LARGE: code_pb2.RESOURCE_EXHAUSTED,
+    HTTPStatus.UNSUPPORTED_MEDIA_TYPE: code_pb2.INVALID_ARGUMENT,
+    HTTPStatus.INTERNAL_SERVER_ERROR: code_pb2.INTERNAL,
+    HTTPStatus.SERVICE_UNAVAILABLE: code_pb2.UNAVAILABLE,
+}
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one request may hold: its body's bytes once decompressed, spans in all, and per
+    span its attributes (and each event's, link's and the resource's), events, links, and
+    the characters of one string value (or the bytes of a bytes value)."""
+
+    max_body_bytes: int
+    max_spans: int
+    max_attributes: int
+    max_events: int
+    max_value_chars: int
+
+    @classmethod
+    def current(cls) -> Limits:
+        """The limits the settings set (``MAX_REQUEST_BYTES``, ``OTLP_MAX_*``)."""
+        return cls(
+            max_body_bytes=settings.DATA_UPLOAD_MAX_MEMORY_SIZE,
+            max_spans=settings.OTLP_MAX_SPANS,
+            max_attributes=settings.OTLP_MAX_ATTRIBUTES,
+            max_events=settings.OTLP_MAX_EVENTS,
+            max_value_chars=settings.OTLP_MAX_VALUE_CHARS,
+        )
+
+
+# --- the body ---------------------------------------------------------------------------------
+
+
+def encoding_of(content_type: str) -> str:
+    """``PROTOBUF`` or ``JSON`` for a request's ``Content-Type``; ``OtlpError`` (415)
+    otherwise."""
+    media = content_type.split(";", 1)[0].strip().lower()
+    if media in (PROTOBUF, "application/protobuf"):
+        return PROTOBUF
+    if media == JSON:
+        return JSON
+    raise OtlpError(
+        HTTPStatus.UNSUPPORTED_MEDIA_TYPE,
+        f"Unsupported Content-Type {content_type!r}: send {PROTOBUF} or {JSON}.",
+    )
+
+
+def decode_request(
+    body: bytes, *, encoding: str, content_encoding: str, max_bytes: int
+) -> ExportTraceServiceRequest:
+    """The ``ExportTraceServiceRequest`` in ``body`` (``encoding`` as ``encoding_of`` gives
+    it; ``content_encoding`` ``gzip`` or none). ``OtlpError``: 415 for another content
+    encoding, 413 for a body past ``max_bytes`` once decompressed, 400 for one that does not
+    decode."""
+    coding = content_encoding.strip().lower()
+    if coding == "gzip":
+        body = _gunzip(body, max_bytes)
+    elif coding not in ("", "identity"):
+        raise OtlpError(
+            HTTPStatus.UNSUPPORTED_MEDIA_TYPE,
+            f"Unsupported Content-Encoding {content_encoding!r}: send gzip or nothing.",
+        )
+    if len(body) > max_bytes:
+        raise _too_large(max_bytes)
+    request = ExportTraceServiceRequest()
+    if encoding == PROTOBUF:
+        try:
+            request.ParseFromString(body)
+        except (DecodeError, RecursionError, ValueError) as exc:
+            raise OtlpError(HTTPStatus.BAD_REQUEST, f"Malformed protobuf body: {exc}") from exc
+        return request
+    try:
+        document = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise OtlpError(HTTPStatus.BAD_REQUEST, f"Malformed JSON body: {exc}") from exc
+    if not isinstance(document, dict):
+        raise OtlpError(HTTPStatus.BAD_REQUEST, "The JSON body must be an object.")
+    try:
+        json_format.ParseDict(_ids_as_base64(document), request, ignore_unknown_fields=True)
+    except (json_format.ParseError, RecursionError, TypeError, ValueError) as exc:
+        raise OtlpError(HTTPStatus.BAD_REQUEST, f"Invalid OTLP JSON: {exc}") from exc
+    return request
+
+
+def _too_large(max_bytes: int) -> OtlpError:
+    return OtlpError(
+        HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+        f"The request body is larger than {max_bytes} bytes (decompressed): send smaller "
+        "batches (OTEL_BSP_MAX_EXPORT_BATCH_SIZE).",
+    )
+
+
+def _gunzip(body: bytes, max_bytes: int) -> bytes:
+    """``body`` decompressed, never more than ``max_bytes`` of it (a small body can hold a
+    huge one)."""
+    inflater = zlib.decompressobj(wbits=31)
+    try:
+        out = inflater.decompress(body, max_bytes + 1)
+    except zlib.error as exc:
+        raise OtlpError(HTTPStatus.BAD_REQUEST, f"Malformed gzip body: {exc}") from exc
+    if len(out) > max_bytes or inflater.unconsumed_tail:
+        raise _too_large(max_bytes)
+    if not inflater.eof:
+        raise OtlpError(HTTPStatus.BAD_REQUEST, "Malformed gzip body: it ends early.")
+    return out
+
+
+_ID_FIELDS = frozenset({"traceId", "trace_id", "spanId", "span_id", "parentSpanId"})
+_ID_FIELDS |= {"parent_span_id"}
+#: What an id that is neither hex nor base64 becomes: one byte, refused as a wrong length.
+_BAD_ID = base64.b64encode(b"\x00").decode()
+
+
+def _ids_as_base64(value: Any) -> Any:
+    """An OTLP/JSON document with its ids in the proto3 JSON form ``ParseDict`` reads.
+
+    OTLP/JSON writes trace and span ids as hex, where proto3's JSON mapping of ``bytes`` is
+    base64; base64 ids are taken too (their lengths tell them apart: 16 bytes are 32 hex
+    digits or 24 base64 characters ending in ``==``). An id that is neither becomes one
+    that the span checks refuse, so the span is rejected, not the request."""
+    if isinstance(value, list):
+        return [_ids_as_base64(item) for item in value]
+    if not isinstance(value, dict):
+        return value
+    converted = {}
+    for key, item in value.items():
+        if key in _ID_FIELDS and isinstance(item, str):
+            converted[key] = _id_as_base64(item)
+        else:
+            converted[key] = _ids_as_base64(item)
+    return converted
+
+
+def _id_as_base64(text: str) -> str:
+    if not text:
+        return text
+    try:
+        return base64.b64encode(bytes.fromhex(text)).decode()
+    except ValueError:
+        pass
+    try:
+        base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        return _BAD_ID
+    return text
+
+
+# --- the answers ------------------------------------------------------------------------------
+
+
+def success_body(*, rejected: int, message: str, encoding: str) -> bytes:
+    """An ``ExportTraceServiceResponse``: empty when every span was taken, with
+    ``partial_success`` (``rejected_spans``, ``error_message``) otherwise."""
+    response = ExportTraceServiceResponse()
+    if rejected or message:
+        response.partial_success.CopyFrom(
+            ExportTracePartialSuccess(rejected_spans=rejected, error_message=message)
+        )
+    return _encode(response, encoding)
+
+
+def status_body(error: OtlpError, *, encoding: str) -> bytes:
+    """The ``google.rpc.Status`` of a refused request."""
+    return _encode(status_pb2.Status(code=error.code, message=error.message), encoding)
+
+
+def _encode(message: Any, encoding: str) -> bytes:
+    if encoding == JSON:
+        return json.dumps(json_format.MessageToDict(message), ensure_ascii=False).encode()
+    return bytes(message.SerializeToString())
+
+
+# --- spans into steps -------------------------------------------------------------------------
+
+
+@dataclass
+class TraceSpans:
+    """The spans of one trace in a request, as steps in the order to store them (parents
+    before their children, siblings by start time), and what the trace takes from them."""
+
+    trace_id: uuid.UUID
+    otel_trace_id: str
+    service: str
+    resource: dict[str, Any]
+    steps: list[StepCreate] = field(default_factory=list)
+    #: Set when the batch holds the trace's root span (one without a parent).
+    complete: str | None = None
+    duration_ms: int | None = None
+    task: str | None = None
+
+
+@dataclass
+class SpanBatch:
+    """A request's spans by trace, and the ones refused (``rejected``, with the first
+    reasons in ``reasons``)."""
+
+    traces: dict[uuid.UUID, TraceSpans] = field(default_factory=dict)
+    total: int = 0
+    rejected: int = 0
+    reasons: list[str] = field(default_factory=list)
+
+    def reject(self, count: int, reason: str) -> None:
+        self.rejected += count
+        if len(self.reasons) < 5:
+            self.reasons.append(reason)
+
+
+class _Refused(Exception):
+    """A span the limits or the protocol refuse; the message says why."""
+
+
+def span_step_id(trace_id: bytes, span_id: bytes) -> uuid.UUID:
+    """The step id of a span (the same for every sending of it)."""
+    return uuid.uuid5(OTEL_STEP_NAMESPACE, trace_id.hex() + span_id.hex())
+
+
+def count_spans(request: ExportTraceServiceRequest) -> int:
+    return sum(len(s.spans) for r in request.resource_spans for s in r.scope_spans)
+
+
+def request_spans(
+    request: ExportTraceServiceRequest, *, limits: Limits, now_ns: int | None = None
+) -> SpanBatch:
+    """The request's spans as steps, grouped by trace; spans that break the protocol or the
+    limits (bad ids, timestamps out of range, too many attributes, events or links, a value
+    too long) are counted as rejected with a reason. A span sent twice in the request is
+    taken once. ``OtlpError`` (413) for more than ``limits.max_spans`` spans."""
+    total = count_spans(request)
+    if total > limits.max_spans:
+        raise OtlpError(
+            HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+            f"The request holds {total} spans; at most {limits.max_spans} are taken at once "
+            "(OTEL_BSP_MAX_EXPORT_BATCH_SIZE).",
+        )
+    now_ns = now_ns if now_ns is not None else time.time_ns()
+    batch = SpanBatch(total=total)
+    spans: dict[uuid.UUID, dict[bytes, tuple[Span, StepCreate, int]]] = {}
+    for resource_spans in request.resource_spans:
+        try:
+            resource = _attributes(resource_spans.resource.attributes, limits)
+        except _Refused as exc:
+            count = sum(len(s.spans) for s in resource_spans.scope_spans)
+            batch.reject(count, f"resource: {exc}")
+            continue
+        service = str(resource.get("service.name") or "otel")[:100]
+        for scope_spans in resource_spans.scope_spans:
+            scope = scope_spans.scope.name
+            for span in scope_spans.spans:
+                try:
+                    step, start = _span_step(span, limits=limits, now_ns=now_ns, scope=scope)
+                except _Refused as exc:
+                    batch.reject(1, f"span {span.span_id.hex() or '(no id)'} {span.name!r}: {exc}")
+                    continue
+                trace_id = uuid.UUID(bytes=span.trace_id)
+                entry = batch.traces.get(trace_id)
+                if entry is None:
+                    entry = batch.traces[trace_id] = TraceSpans(
+                        trace_id=trace_id,
+                        otel_trace_id=span.trace_id.hex(),
+                        service=service,
+                        resource=resource,
+                    )
+                    spans[trace_id] = {}
+                if span.span_id in spans[trace_id]:
+                    continue
+                spans[trace_id][span.span_id] = (span, step, start)
+                if not span.parent_span_id:
+                    _set_root(entry, span, step)
+    for trace_id, entry in batch.traces.items():
+        entry.steps = _parents_first(spans[trace_id])
+    return batch
+
+
+def _set_root(entry: TraceSpans, span: Span, step: StepCreate) -> None:
+    if not span.end_time_unix_nano:
+        return
+    entry.complete = (
+        TraceStatus.FAILED
+        if span.status.code == Status.STATUS_CODE_ERROR
+        else TraceStatus.COMPLETED
+    )
+    entry.duration_ms = step.duration_ms
+    data = step.data
+    task = data.get("input") if isinstance(data.get("input"), str) else None
+    entry.task = (task or span.name)[:TASK_CHARS]
+
+
+def _parents_first(spans: Mapping[bytes, tuple[Span, StepCreate, int]]) -> list[StepCreate]:
+    """The steps ordered by their depth within the batch, then by start: a parent in the
+    batch comes before its children (the store takes them so), and siblings get their seqs
+    in the order they started."""
+    levels: dict[bytes, int] = {}
+
+    def level(span_id: bytes) -> int:
+        chain: list[bytes] = []
+        current: bytes | None = span_id
+        while current is not None and current not in levels and current in spans:
+            if current in chain:  # a loop of parents: its steps wait (the store keeps them)
+                break
+            chain.append(current)
+            parent = spans[current][0].parent_span_id
+            current = parent or None
+        base = levels.get(current, -1) if current is not None else -1
+        for depth, sid in enumerate(reversed(chain), start=base + 1):
+            levels[sid] = depth
+        return levels[span_id]
+
+    ordered = sorted(spans, key=lambda sid: (level(sid), spans[sid][2]))
+    return [spans[sid][1] for sid in ordered]
+
+
+# --- one span ---------------------------------------------------------------------------------
+
+
+def _check_id(value: bytes, size: int, what: str) -> None:
+    if len(value) != size:
+        raise _Refused(f"{what} must be {size} bytes, got {len(value)}")
+    if not any(value):
+        raise _Refused(f"{what} is all zeros")
+
+
+def _time(ns: int) -> datetime:
+    return _EPOCH + timedelta(microseconds=ns // 1000)
+
+
+def _iso(ns: int) -> str | None:
+    return _time(ns).isoformat().replace("+00:00", "Z") if ns else None
+
+
+def _span_step(span: Span, *, limits: Limits, now_ns: int, scope: str) -> tuple[StepCreate, int]:
+    """The step of ``span`` and its start (ns); ``_Refused`` for a span that breaks the
+    protocol or the limits."""
+    _check_id(span.trace_id, 16, "trace id")
+    _check_id(span.span_id, 8, "span id")
+    if span.parent_span_id:
+        _check_id(span.parent_span_id, 8, "parent span id")
+        if span.parent_span_id == span.span_id:
+            raise _Refused("a span cannot be its own parent")
+    start, end = span.start_time_unix_nano, span.end_time_unix_nano
+    if start == 0:
+        raise _Refused("no start time")
+    if start > now_ns + MAX_CLOCK_SKEW_NS or end > now_ns + MAX_CLOCK_SKEW_NS:
+        raise _Refused("a timestamp lies more than a day in the future")
+    for what, count in (("events", len(span.events)), ("links", len(span.links))):
+        if count > limits.max_events:
+            raise _Refused(f"{count} {what}, more than {limits.max_events}")
+    if any(event.time_unix_nano > now_ns + MAX_CLOCK_SKEW_NS for event in span.events):
+        raise _Refused("an event's time lies more than a day in the future")
+    attributes = _attributes(span.attributes, limits)
+    events = [
+        {
+            "name": event.name,
+            "time": _iso(event.time_unix_nano),
+            "attributes": _attributes(event.attributes, limits),
+        }
+        for event in span.events
+    ]
+    links = [
+        {
+            "trace_id": link.trace_id.hex(),
+            "span_id": link.span_id.hex(),
+            "attributes": _attributes(link.attributes, limits),
+        }
+        for link in span.links
+    ]
+    step_type = step_type_of(attributes, is_root=not span.parent_span_id)
+    failed = span.status.code == Status.STATUS_CODE_ERROR
+    error = ""
+    if failed:
+        error = span.status.message or _exception_text(events) or "The span ended with an error."
+    if not end:
+        status = StepStatus.RUNNING
+    else:
+        status = StepStatus.FAILED if failed else StepStatus.COMPLETED
+    data = _step_data(span, attributes, events, links, step_type=step_type, scope=scope)
+    step = StepCreate(
+        id=span_step_id(span.trace_id, span.span_id),
+        parent_id=span_step_id(span.trace_id, span.parent_span_id) if span.parent_span_id else None,
+        step_type=step_type,
+        status=status,
+        name=span.name[:NAME_CHARS],
+        data=data,
+        error=error,
+        started_at=_time(start),
+        finished_at=_time(end) if end else None,
+        duration_ms=max(0, (end - start) // 1_000_000) if end else None,
+        tokens=tokens_of(attributes),
+        cost=cost_of(attributes),
+        out_of_order=True,
+    )
+    return step, start
+
+
+def _exception_text(events: list[dict[str, Any]]) -> str:
+    """``type: message`` of the span's first ``exception`` event (the OTel convention)."""
+    for event in events:
+        if event["name"] == "exception":
+            found = event["attributes"]
+            kind, message = found.get("exception.type"), found.get("exception.message")
+            return ": ".join(str(part) for part in (kind, message) if part)
+    return ""
+
+
+def _attributes(pairs: Iterable[KeyValue], limits: Limits) -> dict[str, Any]:
+    items = list(pairs)
+    if len(items) > limits.max_attributes:
+        raise _Refused(
+            f"{len(items)} attributes, more than {limits.max_attributes} "
+            "(OTEL_ATTRIBUTE_COUNT_LIMIT)"
+        )
+    return {pair.key: _value(pair.value, limits) for pair in items}
+
+
+def _value(value: AnyValue, limits: Limits) -> Any:
+    """An ``AnyValue`` as JSON: bytes as base64 text, nesting as lists and objects (protobuf
+    bounds the nesting of what it decodes)."""
+    kind = value.WhichOneof("value")
+    if kind == "string_value":
+        text = value.string_value
+        if len(text) > limits.max_value_chars:
+            raise _Refused(
+                f"a value of {len(text)} characters, more than {limits.max_value_chars} "
+                "(OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT)"
+            )
+        return text
+    if kind in ("int_value", "bool_value", "double_value"):
+        return getattr(value, kind)
+    if kind == "bytes_value":
+        if len(value.bytes_value) > limits.max_value_chars:
+            raise _Refused(f"a bytes value of {len(value.bytes_value)} bytes")
+        return base64.b64encode(value.bytes_value).decode()
+    if kind == "array_value":
+        return [_value(item, limits) for item in value.array_value.values]
+    if kind == "kvlist_value":
+        return {kv.key: _value(kv.value, limits) for kv in value.kvlist_value.values}
+    return None
+
+
+# --- the mapping ------------------------------------------------------------------------------
+
+#: ``openinference.span.kind`` → step type (a root AGENT or CHAIN is the goal: below).
+OPENINFERENCE_KINDS: dict[str, str] = {
+    "AGENT": StepType.GOAL,
+    "CHAIN": StepType.THOUGHT,
+    "LLM": StepType.THOUGHT,
+    "PROMPT": StepType.THOUGHT,
+    "TOOL": StepType.ACTION,
+    "RETRIEVER": StepType.MEMORY_READ,
+    "EMBEDDING": StepType.MEMORY_READ,
+    "RERANKER": StepType.MEMORY_READ,
+    "GUARDRAIL": StepType.FEEDBACK,
+    "EVALUATOR": StepType.FEEDBACK,
+}
+#: ``gen_ai.operation.name`` (OTel GenAI semantic conventions) → step type.
+GENAI_OPERATIONS: dict[str, str] = {
+    "invoke_agent": StepType.GOAL,
+    "create_agent": StepType.GOAL,
+    "chat": StepType.THOUGHT,
+    "text_completion": StepType.THOUGHT,
+    "generate_content": StepType.THOUGHT,
+    "execute_tool": StepType.ACTION,
+    "embeddings": StepType.MEMORY_READ,
+    "retrieval": StepType.MEMORY_READ,
+}
+#: ``traceloop.span.kind`` (OpenLLMetry) → step type.
+TRACELOOP_KINDS: dict[str, str] = {
+    "workflow": StepType.GOAL,
+    "agent": StepType.GOAL,
+    "task": StepType.THOUGHT,
+    "tool": StepType.ACTION,
+}
+#: ``llm.request.type`` (OpenLLMetry's model calls) → step type.
+LLM_REQUEST_TYPES: dict[str, str] = {
+    "chat": StepType.THOUGHT,
+    "completion": StepType.THOUGHT,
+    "embedding": StepType.MEMORY_READ,
+    "rerank": StepType.MEMORY_READ,
+}
+
+
+#: Kinds that group work: the goal when they are the root span (it holds the task), a
+#: thought below it.
+_ROOT_GOALS = frozenset({("openinference.span.kind", "CHAIN"), ("traceloop.span.kind", "task")})
+
+
+def step_type_of(attributes: Mapping[str, Any], *, is_root: bool) -> str:
+    """The step type of a span with ``attributes``: the first of ``openinference.span.kind``,
+    ``gen_ai.operation.name``, ``traceloop.span.kind`` and ``llm.request.type`` that names
+    one (``_ROOT_GOALS`` at the root are the goal); otherwise ``goal`` for a root span and
+    ``action`` for any other."""
+    for key, table, fold in (
+        ("openinference.span.kind", OPENINFERENCE_KINDS, str.upper),
+        ("gen_ai.operation.name", GENAI_OPERATIONS, str.lower),
+        ("traceloop.span.kind", TRACELOOP_KINDS, str.lower),
+        ("llm.request.type", LLM_REQUEST_TYPES, str.lower),
+    ):
+        value = attributes.get(key)
+        if not isinstance(value, str):
+            continue
+        found = table.get(fold(value))
+        if found is not None:
+            if is_root and (key, fold(value)) in _ROOT_GOALS:
+                return StepType.GOAL
+            return found
+    return StepType.GOAL if is_root else StepType.ACTION
+
+
+_INPUT_TOKENS = (
+    "gen_ai.usage.input_tokens",
+    "gen_ai.usage.prompt_tokens",
+    "llm.token_count.prompt",
+)
+_OUTPUT_TOKENS = (
+    "gen_ai.usage.output_tokens",
+    "gen_ai.usage.completion_tokens",
+    "llm.token_count.completion",
+)
+_TOTAL_TOKENS = ("llm.token_count.total", "llm.usage.total_tokens", "gen_ai.usage.total_tokens")
+_COST = ("gen_ai.usage.cost", "llm.cost.total", "gen_ai.usage.total_cost")
+
+
+def _count(attributes: Mapping[str, Any], keys: Iterable[str]) -> int | None:
+    for key in keys:
+        value = attributes.get(key)
+        if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
+            return int(min(value, _TOKENS_MAX))
+    return None
+
+
+def tokens_of(attributes: Mapping[str, Any]) -> int:
+    """The span's tokens: its total (``llm.token_count.total``, ``llm.usage.total_tokens``,
+    ``gen_ai.usage.total_tokens``), else input plus output (``gen_ai.usage.input_tokens`` /
+    ``output_tokens``, their older ``prompt_tokens`` / ``completion_tokens``,
+    ``llm.token_count.prompt`` / ``completion``); 0 when it names none."""
+    total = _count(attributes, _TOTAL_TOKENS)
+    if total is not None:
+        return total
+    used = (_count(attributes, _INPUT_TOKENS) or 0) + (_count(attributes, _OUTPUT_TOKENS) or 0)
+    return min(used, _TOKENS_MAX)
+
+
+def cost_of(attributes: Mapping[str, Any]) -> Decimal:
+    """The span's cost in USD (``gen_ai.usage.cost``, ``llm.cost.total``), to 8 places; 0
+    when it names none or one that is not a finite amount the store holds."""
+    for key in _COST:
+        value = attributes.get(key)
+        if isinstance(value, bool) or not isinstance(value, int | float | str):
+            continue
+        try:
+            cost = Decimal(str(value)).quantize(_COST_QUANTUM)
+        except (InvalidOperation, ValueError):
+            continue
+        if cost.is_finite() and 0 <= cost < COST_LIMIT:
+            return cost
+    return Decimal(0)
+
+
+#: Attributes that move out of ``attributes`` to the top of the step's data (they are the
+#: biggest, and what a reader looks for first): input, then output.
+_INPUT_KEYS = ("input.value", "gen_ai.prompt", "traceloop.entity.input")
+_OUTPUT_KEYS = ("output.value", "gen_ai.completion", "traceloop.entity.output")
+_MODEL_KEYS = ("gen_ai.request.model", "gen_ai.response.model", "llm.model_name")
+_TOOL_NAME_KEYS = ("tool.name", "gen_ai.tool.name")
+_TOOL_ARGUMENT_KEYS = ("tool.parameters", "gen_ai.tool.call.arguments")
+_TOOL_RESULT_KEYS = ("gen_ai.tool.call.result",)
+_SPAN_KINDS = {
+    Span.SPAN_KIND_INTERNAL: "internal",
+    Span.SPAN_KIND_SERVER: "server",
+    Span.SPAN_KIND_CLIENT: "client",
+    Span.SPAN_KIND_PRODUCER: "producer",
+    Span.SPAN_KIND_CONSUMER: "consumer",
+}
+_STATUS_CODES = {Status.STATUS_CODE_OK: "ok", Status.STATUS_CODE_ERROR: "error"}
+
+
+def _lift(attributes: dict[str, Any], keys: Iterable[str], mime_key: str | None = None) -> Any:
+    """Take the first of ``keys`` out of ``attributes``; a JSON text whose ``mime_key`` says
+    ``application/json`` comes back parsed. None when none is there."""
+    for key in keys:
+        if key in attributes:
+            value = attributes.pop(key)
+            if (
+                mime_key
+                and isinstance(value, str)
+                and attributes.get(mime_key) == "application/json"
+            ):
+                try:
+                    return orjson.loads(value)
+                except orjson.JSONDecodeError:
+                    return value
+            return value
+    return None
+
+
+def _step_data(
+    span: Span,
+    attributes: dict[str, Any],
+    events: list[dict[str, Any]],
+    links: list[dict[str, Any]],
+    *,
+    step_type: str,
+    scope: str,
+) -> dict[str, Any]:
+    """The step's data: what a reader looks for first (the tool's name, arguments and
+    result for an ``action``; the model, usage, input and output otherwise), then every
+    other attribute, the events, the links, and the span's own facts under ``otel_span``."""
+    data: dict[str, Any] = {}
+    inputs = _lift(attributes, _INPUT_KEYS, "input.mime_type")
+    outputs = _lift(attributes, _OUTPUT_KEYS, "output.mime_type")
+    if step_type == StepType.ACTION:
+        name = next((attributes[k] for k in _TOOL_NAME_KEYS if k in attributes), None)
+        data["tool_name"] = name if isinstance(name, str) else span.name
+        arguments = _lift(attributes, _TOOL_ARGUMENT_KEYS)
+        if isinstance(arguments, str):
+            with contextlib.suppress(orjson.JSONDecodeError):
+                arguments = orjson.loads(arguments)
+        data["arguments"] = arguments if arguments is not None else inputs
+        if arguments is not None and inputs is not None:
+            data["input"] = inputs
+        result = _lift(attributes, _TOOL_RESULT_KEYS)
+        data["result"] = result if result is not None else outputs
+        if result is not None and outputs is not None:
+            data["output"] = outputs
+    else:
+        model = next((attributes[k] for k in _MODEL_KEYS if k in attributes), None)
+        if model is not None:
+            data["model"] = model
+        usage = {
+            "prompt_tokens": _count(attributes, _INPUT_TOKENS),
+            "completion_tokens": _count(attributes, _OUTPUT_TOKENS),
+            "total_tokens": _count(attributes, _TOTAL_TOKENS),
+        }
+        if any(count is not None for count in usage.values()):
+            data["usage"] = usage
+        if inputs is not None:
+            data["input"] = inputs
+        if outputs is not None:
+            data["output"] = outputs
+    data["attributes"] = attributes
+    if events:
+        data["events"] = events
+    if links:
+        data["links"] = links
+    otel: dict[str, Any] = {
+        "trace_id": span.trace_id.hex(),
+        "span_id": span.span_id.hex(),
+        "kind": _SPAN_KINDS.get(span.kind, "unspecified"),
+    }
+    if span.parent_span_id:
+        otel["parent_span_id"] = span.parent_span_id.hex()
+    if span.status.code in _STATUS_CODES:
+        otel["status"] = {"code": _STATUS_CODES[span.status.code], "message": span.status.message}
+    if scope:
+        otel["scope"] = scope
+    dropped = {
+        name: count
+        for name, count in (
+            ("attributes", span.dropped_attributes_count),
+            ("events", span.dropped_events_count),
+            ("links", span.dropped_links_count),
+        )
+        if count
+    }
+    if dropped:
+        otel["dropped"] = dropped
+    # Named so that it sorts after the rest (PostgreSQL keeps a JSON object's keys shortest
+    # first, and the detail pane shows them in that order).
+    data["otel_span"] = otel
+    return data
