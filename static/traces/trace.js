@@ -255,6 +255,16 @@
     }
   }
 
+  // The task as the page shows it (Django's truncatechars): an OTLP trace gets its task from
+  // its root span, which may arrive after the page was rendered, with the trace's end.
+  function showTask(task) {
+    if (!task) return;
+    const shown = (text, max) => (text.length > max ? text.slice(0, max - 1) + "…" : text);
+    document.getElementById("trace-task").textContent = shown(task, 200);
+    const rest = document.title.indexOf(" · ");
+    if (rest >= 0) document.title = shown(task, 60) + document.title.slice(rest);
+  }
+
   const pending = new Set();
   const added = new Set();  // rows to insert: only steps that step_added announced
   const parents = new Map();  // an announced step's parent, until it is placed
@@ -420,6 +430,7 @@
     } else if (message.event === "trace_completed") {
       completed = true;
       setTotals(message.trace);
+      showTask(message.trace.task);
       const badge = document.getElementById("trace-status");
       badge.textContent = statusLabel(message.trace.status);
       badge.className = "status-badge st-" + message.trace.status;

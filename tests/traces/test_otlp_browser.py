@@ -93,6 +93,7 @@ def test_spans_sent_before_their_parent_move_under_it_live(
     page.locator("#live-state").filter(has_text="live").wait_for()
     top = page.locator("#tree > ul.tree > li.node")
     assert top.count() == 3
+    assert page.locator("#trace-task").inner_text() == "(no task)"
     screenshot("waiting")
 
     send(app_server, token, [root])
@@ -103,4 +104,7 @@ def test_spans_sent_before_their_parent_move_under_it_live(
     assert agent.locator("li.node").count() == 3
     assert page.locator("#tree li.node").count() == 4
     page.locator("#trace-status").filter(has_text="completed").wait_for()
+    # The task came with the root span: the header shows it without a reload.
+    page.locator("#trace-task").filter(has_text="What is 2+2?").wait_for()
+    assert page.title().startswith("What is 2+2? · ")
     screenshot("attached")
