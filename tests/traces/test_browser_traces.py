@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -269,23 +270,18 @@ def test_new_iterations_arrive_live_opened_as_a_reload_opens_them(
     )
 
 
-def test_a_child_announced_later_is_placed_even_when_its_rows_come_back_first(
-    page, login, app_server
+def _a_thought_then_its_action_live(
+    page: Any, login: Any, app_server: str, hold: Callable[[Any, str], None]
 ) -> None:
+    """Open a running trace's page with ``hold(route, thought_id)`` handling its row
+    requests, then add a thought and, 400 ms later, an action under it; the action must land
+    under the thought."""
     user = login("ada")
     _, token = api_token_create(user=user, name="agent")
     trace = react_trace(user, iterations=1)
     goal = trace.steps.get(step_type="goal")
     thought_id = str(uuid.uuid4())
-
-    # The rows of the new thought come back late; its action's, asked for after, would
-    # come back first.
-    def slow_thought_rows(route: Any) -> None:
-        if thought_id in route.request.url:
-            page.wait_for_timeout(800)
-        route.continue_()
-
-    page.route("**/rows/?ids=*", slow_thought_rows)
+    page.route("**/rows/?ids=*", lambda route: hold(route, thought_id))
     page.goto(f"/traces/{trace.id}/")
     page.locator("#live-state").filter(has_text="live").wait_for()
     headers = {"Authorization": f"Bearer {token}"}
@@ -304,6 +300,20 @@ def test_a_child_announced_later_is_placed_even_when_its_rows_come_back_first(
     page.unroute_all(behavior="ignoreErrors")
 
 
+def test_a_child_announced_later_is_placed_even_when_its_rows_come_back_first(
+    page, login, app_server
+) -> None:
+    """The rows of the new thought are asked for first and come back late; its action's,
+    asked for after, come back first."""
+
+    def slow_thought_rows(route: Any, thought_id: str) -> None:
+        if thought_id in route.request.url:
+            page.wait_for_timeout(800)
+        route.continue_()
+
+    _a_thought_then_its_action_live(page, login, app_server, slow_thought_rows)
+
+
 def test_a_child_is_placed_when_its_parents_rows_were_read_before_it_existed(
     page, login, app_server
 ) -> None:
@@ -311,38 +321,16 @@ def test_a_child_is_placed_when_its_parents_rows_were_read_before_it_existed(
     late; its action, announced meanwhile, still lands under it: the flush that asks for the
     action's rows settles what to ask for once the thought is in the page, and asks for the
     thought's rows again, now with a child to open."""
-    user = login("ada")
-    _, token = api_token_create(user=user, name="agent")
-    trace = react_trace(user, iterations=1)
-    goal = trace.steps.get(step_type="goal")
-    thought_id = str(uuid.uuid4())
-
     held: list[str] = []
 
-    def late_thought_rows(route: Any) -> None:
+    def late_thought_rows(route: Any, thought_id: str) -> None:
         answer = route.fetch()
         if thought_id in route.request.url and not held:
             held.append(route.request.url)  # the first answer with the thought: read now, late
             page.wait_for_timeout(800)
         route.fulfill(response=answer)
 
-    page.route("**/rows/?ids=*", late_thought_rows)
-    page.goto(f"/traces/{trace.id}/")
-    page.locator("#live-state").filter(has_text="live").wait_for()
-    headers = {"Authorization": f"Bearer {token}"}
-    with httpx.Client(base_url=app_server, headers=headers, timeout=10) as api:
-        steps = f"/api/traces/{trace.id}/steps"
-        thought = {"id": thought_id, "parent_id": str(goal.id), "step_type": "thought"}
-        assert api.post(steps, json=thought).status_code == 201
-        page.wait_for_timeout(400)  # the thought's rows are read, and held back
-        action = {"parent_id": thought_id, "step_type": "action", "name": "execute_code"}
-        response = api.post(steps, json=action)
-        assert response.status_code == 201, response.text
-    (action_id,) = [s["step_id"] for s in response.json()["steps"]]
-    page.locator(f"#s-{action_id} .row").wait_for()
-    assert page.locator(f"#s-{thought_id} > ul.children > #s-{action_id}").count() == 1
-    # A request still held back must not outlive the page (its handler would fail later).
-    page.unroute_all(behavior="ignoreErrors")
+    _a_thought_then_its_action_live(page, login, app_server, late_thought_rows)
 
 
 def test_the_list_filters_and_opens_a_failed_trace(page, login, screenshot) -> None:
