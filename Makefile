@@ -42,7 +42,11 @@ UV_COMPILE := $(LOCK_VENV)/bin/uv pip compile --quiet --python-version 3.11 \
 # (installed with --no-deps: the lock holds every package). pip builds llama.cpp from source the
 # first time, about 9 minutes on 2 cores; its cache makes later installs fast. make model-server
 # serves it on MODEL_PORT; the real-model tests start their own on free ports, with the
-# interpreter DEVASSIST_MODEL_PYTHON names.
+# interpreter DEVASSIST_MODEL_PYTHON names. llama.cpp is built for any x86-64 CPU with AVX2
+# (GGML_NATIVE=OFF), not for the build machine's: a native build on a CPU with AMX crashed
+# with a general protection fault at the first token on a host that does not grant AMX, and
+# pip's wheel cache would carry a native build to other machines, so the build skips it.
+MODEL_CMAKE_ARGS ?= -DGGML_NATIVE=OFF
 MODEL_VENV ?= .venv-model
 MODEL_PORT ?= 8080
 STAMP_MODEL := $(MODEL_VENV)/.installed-model-server
@@ -79,7 +83,8 @@ install: $(STAMP_DEV)
 $(STAMP_MODEL): requirements/model-server.txt
 	test -x $(MODEL_VENV)/bin/python || $(PYTHON) -m venv $(MODEL_VENV)
 	$(MODEL_VENV)/bin/python -m pip install --quiet --upgrade pip
-	CMAKE_BUILD_PARALLEL_LEVEL=2 $(MODEL_VENV)/bin/python -m pip install --quiet --no-deps \
+	CMAKE_ARGS="$(MODEL_CMAKE_ARGS)" CMAKE_BUILD_PARALLEL_LEVEL=2 \
+		$(MODEL_VENV)/bin/python -m pip install --quiet --no-deps --no-cache-dir \
 		-r requirements/model-server.txt
 	touch $@
 
