@@ -10,6 +10,7 @@ from typing import Any
 
 import httpx
 import pytest
+import redis
 from asgiref.sync import SyncToAsync, sync_to_async
 from channels.layers import channel_layers
 from django.contrib.auth.models import User
@@ -17,6 +18,7 @@ from django.db import connections
 from django.test import Client
 from django.utils import translation
 
+from devassist.channel_layer import redis_layer_config
 from devassist.tokens import api_token_create
 from sandbox.engine import docker_client
 from sandbox.health import docker_status
@@ -184,3 +186,40 @@ def _fresh_channel_layers() -> Iterator[None]:
     channel_layers.backends.clear()
     yield
     channel_layers.backends.clear()
+
+
+# --- channel layers -----------------------------------------------------------------------------
+
+
+def redis_reachable(url: str) -> bool:
+    try:
+        return bool(redis.Redis.from_url(url, socket_timeout=2).ping())
+    except redis.RedisError:
+        return False
+
+
+def use_redis(settings: Any, url: str) -> str:
+    """Point the channel layer at Redis ``url`` under a prefix of its own; returns the prefix."""
+    prefix = f"devassist-test-{uuid.uuid4().hex[:8]}"
+    settings.CHANNEL_LAYERS = {
+        "default": redis_layer_config(url, prefix=prefix, group_expiry_s=300)
+    }
+    channel_layers.backends.clear()
+    return prefix
+
+
+@pytest.fixture(params=["memory", "redis"])
+def layer(request: pytest.FixtureRequest, settings: Any) -> Iterator[str]:
+    """Each test on the in-memory layer and on Redis (as ``REDIS_URL`` configures it): live
+    paths run on both."""
+    if request.param == "memory":
+        settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+        channel_layers.backends.clear()
+        yield "memory"
+        return
+    require(redis_reachable(settings.TEST_REDIS_URL), "no Redis at TEST_REDIS_URL")
+    prefix = use_redis(settings, settings.TEST_REDIS_URL)
+    yield prefix
+    client = redis.Redis.from_url(settings.TEST_REDIS_URL)
+    for key in client.scan_iter(f"{prefix}*"):
+        client.delete(key)

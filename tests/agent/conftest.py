@@ -1,25 +1,20 @@
-"""Fixtures for agent tests: the scripted OpenAI-compatible server and a provider on it, and
-the channel layer each live-path test runs on (in memory and Redis)."""
+"""Fixtures for agent tests: the scripted OpenAI-compatible server and a provider on it (the
+channel layer each live-path test runs on, ``layer``, is in tests/conftest.py)."""
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
-from channels.layers import channel_layers
 
 from agent.knowledge.embeddings import get_embeddings
 from agent.knowledge.ingest import ingest_paths
 from agent.knowledge.store import close_clients
 from agent.llm import get_llm
 from agent.llm.openai_provider import OpenAIProvider
-from devassist.channel_layer import redis_layer_config
 from tests.agent.fake_openai import FakeOpenAI
-from tests.conftest import require
 
 TEST_API_KEY = "test-key"
 
@@ -86,35 +81,3 @@ def guide(knowledge: Path, tmp_path: Path, settings: Any) -> str:
     ingest_paths(paths=[root], collection="guide_docs")
     settings.KNOWLEDGE_DEFAULT_COLLECTION = "guide_docs"
     return "guide_docs"
-
-
-def redis_reachable(url: str) -> bool:
-    try:
-        return bool(redis.Redis.from_url(url, socket_timeout=2).ping())
-    except redis.RedisError:
-        return False
-
-
-def use_redis(settings: Any, url: str) -> str:
-    prefix = f"devassist-test-{uuid.uuid4().hex[:8]}"
-    settings.CHANNEL_LAYERS = {
-        "default": redis_layer_config(url, prefix=prefix, group_expiry_s=300)
-    }
-    channel_layers.backends.clear()
-    return prefix
-
-
-@pytest.fixture(params=["memory", "redis"])
-def layer(request: pytest.FixtureRequest, settings: Any) -> Iterator[str]:
-    """Each test on the in-memory layer and on Redis (as ``REDIS_URL`` configures it)."""
-    if request.param == "memory":
-        settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
-        channel_layers.backends.clear()
-        yield "memory"
-        return
-    require(redis_reachable(settings.TEST_REDIS_URL), "no Redis at TEST_REDIS_URL")
-    prefix = use_redis(settings, settings.TEST_REDIS_URL)
-    yield prefix
-    client = redis.Redis.from_url(settings.TEST_REDIS_URL)
-    for key in client.scan_iter(f"{prefix}*"):
-        client.delete(key)

@@ -25,8 +25,7 @@ from devassist.asgi import application
 from devassist.channel_layer import RedisChannelLayer
 from devassist.follow import GroupListener
 from devassist.tokens import api_token_create
-from tests.agent.conftest import redis_reachable, use_redis
-from tests.conftest import post_as, require
+from tests.conftest import post_as, redis_reachable, require, use_redis
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -7,13 +7,13 @@ from typing import Any
 import httpx
 import pytest
 from asgiref.sync import sync_to_async
-from channels.layers import channel_layers
 from channels.testing import WebsocketCommunicator
 from django.db import connection
 
 from devassist.asgi import application
 from devassist.follow import broadcast
 from devassist.tokens import api_token_create
+from tests.conftest import use_redis
 from tests.servers import daphne_server
 from tests.traces.factories import step
 from traces.selectors import trace_events_after
@@ -178,14 +178,7 @@ async def test_foreign_origin_is_refused(user):
 
 async def test_redis_layer_carries_events_between_two_application_instances(user, settings):
     """The watcher runs here; the writer is a separate daphne process. Both use Redis."""
-    prefix = f"devassist-test-{uuid.uuid4().hex[:8]}"
-    settings.CHANNEL_LAYERS = {
-        "default": {
-            "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [settings.TEST_REDIS_URL], "prefix": prefix},
-        }
-    }
-    channel_layers.backends.clear()
+    prefix = use_redis(settings, settings.TEST_REDIS_URL)
     token = await token_for(user)
     trace = await orm_store().create_trace(user=user, task="two processes")
     db = connection.settings_dict

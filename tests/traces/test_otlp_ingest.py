@@ -261,7 +261,7 @@ async def test_the_api_token_is_taken_as_x_api_key_too(user):
     assert (await stored(trace_of(spans)))[0].user_id == user.id
 
 
-async def test_the_live_watch_shows_spans_as_they_arrive(user):
+async def test_the_live_watch_shows_spans_as_they_arrive(user, layer):
     spans = sdk_spans(openinference_agent)
     token = await token_for(user)
     first, rest, root = spans[0], spans[1:-1], spans[-1]
