@@ -35,6 +35,7 @@ from agent.prompt import (
     ToolSpec,
     final_answer_prompt,
     observation_json,
+    observation_message,
     system_prompt,
     tools_final_answer_prompt,
     tools_system_prompt,
@@ -144,8 +145,7 @@ class ReactProtocol:
         return {"role": "user", "content": result}
 
     def observation_text(self, payload: Any, *, limit: int) -> tuple[str, bool]:
-        text, truncated = observation_json(payload, limit=limit)
-        return f"Observation: {text}", truncated
+        return observation_message(payload, limit=limit)
 
     def correction(self, observation: str) -> ChatMessage:
         return {"role": "user", "content": observation}

@@ -25,7 +25,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from agent.knowledge.blocks import Block, cut_block, split_blocks
+from agent.knowledge.blocks import Block, cut_block, fenced, split_blocks
 from agent.knowledge.chunking import format_for
 from agent.knowledge.links import document_url, link_targets, rewrite_links
 from agent.knowledge.text import tokenize
@@ -220,9 +220,7 @@ def _quote(entry: Mapping[str, Any], terms: set[str], needed: int) -> str | None
     content = str(entry.get("content") or "").strip()
     title = str(entry.get("title") or "")
     if format_for(str(entry.get("source") or "")) == "python":
-        longest = max((len(run) for run in re.findall(r"`+", content)), default=0)
-        fence = "`" * max(3, longest + 1)
-        blocks = [Block("code", f"{fence}python\n{content}\n{fence}")]
+        blocks = [Block("code", fenced(content, "python"))]
     else:
         blocks = split_blocks(content)
         if blocks and title and blocks[0].text.strip() == title:

@@ -18,7 +18,15 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["ELLIPSIS", "Block", "clip_lines", "clip_markdown", "cut_block", "split_blocks"]
+__all__ = [
+    "ELLIPSIS",
+    "Block",
+    "clip_lines",
+    "clip_markdown",
+    "cut_block",
+    "fenced",
+    "split_blocks",
+]
 
 ELLIPSIS = "…"
 #: The least room worth cutting a block into; with less, the block is left out.
@@ -31,6 +39,13 @@ _ATX = re.compile(r"^ {0,3}#{1,6}(?:[ \t]|$)")
 _LIST_ITEM = re.compile(r"^( {0,3})(?:[-*+]|\d{1,9}[.)])(?:[ \t]|$)")
 _TABLE_DELIMITER = re.compile(r"^ {0,3}\|?\s*:?-+:?\s*(?:\|\s*:?-+:?\s*)*\|?\s*$")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|(?<=[。！？])")
+
+
+def fenced(text: str, language: str = "") -> str:
+    """``text`` as a fenced code block, its fence longer than any backtick run inside it."""
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}{language}\n{text.rstrip(chr(10))}\n{fence}"
 
 
 @dataclass(frozen=True)

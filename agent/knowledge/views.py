@@ -6,13 +6,13 @@ lists; an unknown document, an unknown collection and the agent's internal memor
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from django.http import Http404, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
+from agent.knowledge.blocks import fenced
 from agent.knowledge.links import heading_anchor
 from agent.knowledge.selectors import Document, document_get
 from devassist.api import http_status
@@ -57,9 +57,7 @@ def document_view(document: Document) -> list[dict[str, Any]]:
         if document.format == "markdown":
             view["html"] = render_markdown(part.text, code_tools=False)
         elif document.format == "python":
-            longest = max((len(run) for run in re.findall(r"`+", part.text)), default=0)
-            fence = "`" * max(3, longest + 1)
-            view["html"] = render_markdown(f"{fence}python\n{part.text}\n{fence}", code_tools=False)
+            view["html"] = render_markdown(fenced(part.text, "python"), code_tools=False)
         else:
             view["text"] = part.text
         shown.append(view)

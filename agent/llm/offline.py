@@ -34,6 +34,7 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 
 from agent.knowledge.answers import extractive_answer, is_small_talk, no_model_answer
+from agent.knowledge.blocks import fenced
 from agent.llm.base import (
     ChatMessage,
     LLMChunk,
@@ -271,8 +272,8 @@ def _answer_from(observation: Any, *, question: str, chinese: bool) -> tuple[str
         if report is not None:
             return "The code was not run.", _t(
                 chinese,
-                f"安全检查拦截了这段代码，没有运行：\n{_block(report)}",
-                f"The safety check blocked the code, so it did not run:\n{_block(report)}",
+                f"安全检查拦截了这段代码，没有运行：\n{fenced(report)}",
+                f"The safety check blocked the code, so it did not run:\n{fenced(report)}",
             )
         if {"stdout", "stderr", "exit_code"} & observation.keys():
             return "The code ran.", _execution_answer(observation, chinese=chinese)
@@ -307,13 +308,13 @@ def _answer_from(observation: Any, *, question: str, chinese: bool) -> tuple[str
     if isinstance(observation, str):
         text = _clip(observation)
         return "I have the tool's result.", _t(
-            chinese, f"工具返回：\n{_block(text)}", f"The tool returned:\n{_block(text)}"
+            chinese, f"工具返回：\n{fenced(text)}", f"The tool returned:\n{fenced(text)}"
         )
     text = _clip(json.dumps(observation, ensure_ascii=False, indent=2))
     return "I have the tool's result.", _t(
         chinese,
-        f"工具返回：\n{_block(text, 'json')}",
-        f"The tool returned:\n{_block(text, 'json')}",
+        f"工具返回：\n{fenced(text, 'json')}",
+        f"The tool returned:\n{fenced(text, 'json')}",
     )
 
 
@@ -343,11 +344,11 @@ def _execution_answer(result: dict[str, Any], *, chinese: bool) -> str:
     if result.get("cancelled"):
         parts.append(_t(chinese, "运行已被取消。", "The run was cancelled."))
     if stdout:
-        parts.append(_t(chinese, "代码输出：", "The code printed:") + "\n" + _block(_clip(stdout)))
+        parts.append(_t(chinese, "代码输出：", "The code printed:") + "\n" + fenced(_clip(stdout)))
     elif not result.get("timed_out"):
         parts.append(_t(chinese, "代码运行完毕，没有输出。", "The code ran and printed nothing."))
     if stderr:
-        parts.append("stderr:\n" + _block(_clip(stderr)))
+        parts.append("stderr:\n" + fenced(_clip(stderr)))
     if isinstance(exit_code, int) and exit_code != 0:
         parts.append(_t(chinese, f"退出码：{exit_code}。", f"It exited with code {exit_code}."))
     if result.get("truncated"):
@@ -359,13 +360,6 @@ def _error_text(error: Any) -> str:
     if isinstance(error, dict):
         return str(error.get("message") or json.dumps(error, ensure_ascii=False))
     return str(error)
-
-
-def _block(text: str, language: str = "") -> str:
-    """``text`` in a fence longer than any backtick run inside it."""
-    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
-    fence = "`" * max(3, longest + 1)
-    return f"{fence}{language}\n{text.rstrip(chr(10))}\n{fence}"
 
 
 def _clip(text: str, limit: int = MAX_QUOTE_CHARS) -> str:
