@@ -42,7 +42,6 @@ from chat.services import (
     conversation_delete,
     conversation_rename,
     conversation_restore,
-    conversations_purge,
 )
 from chat.turns import (
     ChatTurn,
@@ -306,7 +305,6 @@ def delete_conversation(request: HttpRequest, conversation_id: uuid.UUID) -> Htt
     ``CHAT_UNDO_DELETE_S`` seconds, after which it is gone for good."""
     user = api_user(request)
     conversation = conversation_get_for(user=user, conversation_id=conversation_id)
-    conversations_purge(user=user)
     conversation_delete(conversation=conversation)
     return HttpResponse(status=204)
 

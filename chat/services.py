@@ -261,7 +261,10 @@ def undo_delay() -> timedelta:
 
 def conversation_delete(*, conversation: Conversation) -> None:
     """Delete the conversation: hidden at once, restorable for ``undo_delay()``
-    (``conversation_restore``), then purged (``conversations_purge``)."""
+    (``conversation_restore``), then purged (``conversations_purge``): by the owner's next
+    delete, which purges what the owner can no longer restore, or by ``manage.py
+    purge_conversations``."""
+    conversations_purge(user=conversation.owner_id)
     conversation.deleted_at = timezone.now()
     conversation.save(update_fields=["deleted_at"])
     logger.info("conversation_deleted", conversation_id=str(conversation.id))

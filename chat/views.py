@@ -79,7 +79,6 @@ from chat.services import (
     conversation_delete,
     conversation_rename,
     conversation_restore,
-    conversations_purge,
     undo_delay,
 )
 from chat.turns import chat_turn_edit, chat_turn_regenerate, chat_turn_start
@@ -359,9 +358,7 @@ def messages_context(conversation: Conversation | None) -> dict[str, Any]:
 def chat_page(request: HtmxHttpRequest, conversation_id: uuid.UUID | None = None) -> HttpResponse:
     """The chat: a conversation's branch (``messages_context``), or an empty new chat. Without
     a model (the offline provider) a notice says so, and how to add one. ``?deleted=<id>``
-    (where deleting the open conversation leads) offers to undo that delete. Conversations
-    deleted past their undo delay are purged first."""
-    conversations_purge(user=request.user)
+    (where deleting the open conversation leads) offers to undo that delete."""
     conversation = _own_conversation(request, conversation_id) if conversation_id else None
     page = conversation_list_for(user=request.user)
     llm = get_llm()
@@ -642,7 +639,6 @@ def conversation_delete_view(request: HtmxHttpRequest, conversation_id: uuid.UUI
     and a toast offers to undo; the open conversation's page goes to a new chat that offers
     it (``?deleted=``)."""
     conversation = _own_conversation(request, conversation_id)
-    conversations_purge(user=request.user)
     conversation_delete(conversation=conversation)
     if request.POST.get("current") == str(conversation_id):
         return HttpResponseClientRedirect(f"{reverse('home')}?deleted={conversation_id}")

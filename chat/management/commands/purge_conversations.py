@@ -1,6 +1,6 @@
 """``manage.py purge_conversations``: delete for good the conversations deleted longer ago than
-``CHAT_UNDO_DELETE_S`` (the chat does it too, for the user who opens it; run this from cron on
-a server whose users may not come back)."""
+``CHAT_UNDO_DELETE_S`` (a user's next delete does it too, for that user's; run this from cron
+on a server whose users may not delete again)."""
 
 from __future__ import annotations
 
