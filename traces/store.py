@@ -337,7 +337,9 @@ _TRACE_FIELDS = [
 
 
 class _Write:
-    """One write to a locked, running trace: new steps, changes to steps, the trace's end.
+    """One write to a locked trace: new steps, changes to steps, the trace's end. Only a
+    running trace's write makes events; a finished one takes late steps silently (its
+    ``trace_completed`` stays its last event).
 
     Everything is worked out in memory first (seq, depth, path, the rollups of new steps, the
     deltas of stored ones, the trace's counters, the events); ``save`` then stores it: one
@@ -347,6 +349,7 @@ class _Write:
 
     def __init__(self, trace: Trace) -> None:
         self.trace = trace
+        self.publish = trace.is_running
         #: Stored steps have seqs up to this one; the write's new steps come after it.
         self._stored_up_to = trace.last_seq
         self.new_steps: dict[uuid.UUID, Step] = {}
@@ -389,8 +392,11 @@ class _Write:
             added.append(step)
         moved = self._adopt(waiting)
         # Added last, so that each shows the rollups of the later steps of the batch.
-        self.events += [self._event("step_added", step.seq, step=step_dict(step)) for step in added]
-        self.events += moved
+        if self.publish:
+            self.events += [
+                self._event("step_added", step.seq, step=step_dict(step)) for step in added
+            ]
+            self.events += moved
         return batch
 
     def _look_up(
@@ -535,6 +541,7 @@ class _Write:
             under[prefix[0]] += [*followers, orphan]
             if is_stored:
                 self._moved[orphan.seq] = orphan
+            if is_stored and self.publish:
                 self.trace.last_seq += 1
                 events.append(
                     self._event(
@@ -853,8 +860,6 @@ class OrmTraceStore:
         with transaction.atomic():
             write = _Write(_locked_trace(trace_id))
             (added,) = write.add([step])
-            if not write.trace.is_running:
-                write.events.clear()
             write.save()
         logger.info("feedback_added", trace_id=str(trace_id), step_id=str(added.id))
         return added
@@ -893,9 +898,7 @@ class OrmTraceStore:
             write = _Write(stored)
             batch = write.add(steps)
             running = stored.is_running
-            if not running:
-                write.events.clear()
-            else:
+            if running:
                 if task is not None and task != stored.task:
                     stored.task = task
                     write.extra_trace_fields.add("task")
