@@ -315,8 +315,6 @@ def _agent_span(
     ``response`` step) as events."""
     if goal is not None:
         start, end = _times(goal)
-        if goal.finished_at is not None and goal.duration_ms is None:
-            end = max(start, _ns(goal.finished_at) or start)
     else:
         start = _ns(run.started_at or run.created_at) or 0
         end = max(start, _ns(run.finished_at) or start)

@@ -15,6 +15,7 @@ import structlog
 
 from traces.artifacts import IMAGE_TYPES, artifact_head, artifact_url, artifacts_of
 from traces.exceptions import ArtifactNotFound
+from traces.projections import clip
 
 logger = structlog.get_logger(__name__)
 
@@ -69,7 +70,7 @@ def _preview(trace_id: uuid.UUID | str, record: dict[str, Any]) -> dict[str, Any
     reader = csv.reader(io.StringIO(text), delimiter=TABLE_TYPES[record["media_type"]])
     try:
         for row in reader:
-            rows.append([_cell(value) for value in row[:PREVIEW_COLUMNS]])
+            rows.append([clip(value, PREVIEW_CELL_CHARS) for value in row[:PREVIEW_COLUMNS]])
             if len(rows) == PREVIEW_ROWS + 1:  # the header and the rows shown
                 break
         more = truncated or next(reader, None) is not None
@@ -78,7 +79,3 @@ def _preview(trace_id: uuid.UUID | str, record: dict[str, Any]) -> dict[str, Any
     if not rows:
         return None
     return {"header": rows[0], "rows": rows[1:], "more": more}
-
-
-def _cell(value: str) -> str:
-    return value if len(value) <= PREVIEW_CELL_CHARS else value[: PREVIEW_CELL_CHARS - 1] + "…"

@@ -38,6 +38,7 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
 from traces.models import StepStatus, StepType, TraceStatus
+from traces.projections import iso
 from traces.store import COST_LIMIT, StepCreate
 
 PROTOBUF = "application/x-protobuf"
@@ -399,10 +400,6 @@ def _time(ns: int) -> datetime:
     return _EPOCH + timedelta(microseconds=ns // 1000)
 
 
-def _iso(ns: int) -> str | None:
-    return _time(ns).isoformat().replace("+00:00", "Z") if ns else None
-
-
 def _span_step(span: Span, *, limits: Limits, now_ns: int, scope: str) -> tuple[StepCreate, int]:
     """The step of ``span`` and its start (ns); ``_Refused`` for a span that breaks the
     protocol or the limits."""
@@ -426,7 +423,7 @@ def _span_step(span: Span, *, limits: Limits, now_ns: int, scope: str) -> tuple[
     events = [
         {
             "name": event.name,
-            "time": _iso(event.time_unix_nano),
+            "time": iso(_time(event.time_unix_nano)) if event.time_unix_nano else None,
             "attributes": _attributes(event.attributes, limits),
         }
         for event in span.events
