@@ -161,19 +161,31 @@
 
   // --- message actions ----------------------------------------------------------------------
 
+  // Copy ``text`` and say so on ``button`` for 1.5 s: in its label for an icon button (the
+  // message actions), in its text for a worded one (a code block's Copy). A page served over
+  // plain HTTP has no clipboard: that says "Copy failed" too.
   function copyText(button, text) {
-    const label = button.getAttribute("aria-label");
-    navigator.clipboard.writeText(text).then(
+    if (button.classList.contains("done")) return; // still saying "Copied"
+    const icon = button.hasAttribute("aria-label");
+    const before = icon ? button.getAttribute("aria-label") : button.textContent;
+    const say = function (words) {
+      if (icon) button.setAttribute("aria-label", words);
+      else button.textContent = words;
+    };
+    const copied = navigator.clipboard
+      ? navigator.clipboard.writeText(text)
+      : Promise.reject(new Error("no clipboard"));
+    copied.then(
       function () {
         button.classList.add("done");
-        button.setAttribute("aria-label", gettext("Copied"));
+        say(gettext("Copied"));
         setTimeout(function () {
           button.classList.remove("done");
-          button.setAttribute("aria-label", label);
+          say(before);
         }, 1500);
       },
       function () {
-        button.setAttribute("aria-label", gettext("Copy failed"));
+        say(gettext("Copy failed"));
       },
     );
   }
@@ -599,18 +611,7 @@
     } else if (target.classList.contains("action-edit")) openEdit(target.closest(".turn"));
     else if (target.classList.contains("edit-cancel")) closeEdit(target.closest(".turn"));
     else if (target.classList.contains("code-copy")) {
-      const code = target.closest(".codeblock").querySelector("code").textContent;
-      navigator.clipboard.writeText(code).then(
-        function () {
-          target.textContent = gettext("Copied");
-          setTimeout(function () {
-            target.textContent = gettext("Copy");
-          }, 1500);
-        },
-        function () {
-          target.textContent = gettext("Copy failed");
-        },
-      );
+      copyText(target, target.closest(".codeblock").querySelector("code").textContent);
     }
   });
 
