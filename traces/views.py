@@ -65,6 +65,8 @@ def trace_list_row(request: HtmxHttpRequest, trace_id: uuid.UUID) -> HttpRespons
 @_not_found_is_404
 def trace_page(request: HtmxHttpRequest, trace_id: uuid.UUID) -> HttpResponse:
     trace = selectors.trace_get_for(viewer=request.user, trace_id=trace_id)
+    if request.htmx.target == "trace-header":  # its totals, status and task, once it ends
+        return render(request, "traces/trace.html#header", {"trace": trace})
     step_id = TreeQueryForm(request.GET).step_id()
     tree = selectors.tree_view(trace=trace, step_id=step_id)
     if request.GET.get("step") and step_id is None:

@@ -232,17 +232,6 @@
     return Math.floor(s / 60) + " min " + Math.floor(s % 60) + " s";
   }
 
-  // A trace's stored status in the page's language (the status_label template filter's twin).
-  function statusLabel(status) {
-    const words = {
-      running: pgettext("status", "running"),
-      completed: pgettext("status", "completed"),
-      failed: pgettext("status", "failed"),
-      cancelled: pgettext("status", "cancelled"),
-    };
-    return words[status] || status;
-  }
-
   function setTotals(totals) {
     if (!totals) return;
     for (const [name, value] of Object.entries(totals)) {
@@ -253,16 +242,6 @@
       else cell.textContent = value;
       if (name === "error_count") cell.classList.toggle("has-errors", value > 0);
     }
-  }
-
-  // The task as the page shows it (Django's truncatechars): an OTLP trace gets its task from
-  // its root span, which may arrive after the page was rendered, with the trace's end.
-  function showTask(task) {
-    if (!task) return;
-    const shown = (text, max) => (text.length > max ? text.slice(0, max - 1) + "…" : text);
-    document.getElementById("trace-task").textContent = shown(task, 200);
-    const rest = document.title.indexOf(" · ");
-    if (rest >= 0) document.title = shown(task, 60) + document.title.slice(rest);
   }
 
   const pending = new Set();
@@ -429,13 +408,16 @@
       queue(message.step_id);
     } else if (message.event === "trace_completed") {
       completed = true;
-      setTotals(message.trace);
-      showTask(message.trace.task);
-      const badge = document.getElementById("trace-status");
-      badge.textContent = statusLabel(message.trace.status);
-      badge.className = "status-badge st-" + message.trace.status;
       view.dataset.status = message.trace.status;
-      flash(interpolate(gettext("finished: %(status)s"), { status: statusLabel(message.trace.status) }, true));
+      // The header as the server renders it: totals, status and the task (an OTLP trace's
+      // comes with its root span, which may end it).
+      load(base, "#trace-header", "outerHTML").then(() => {
+        const header = document.getElementById("trace-header");
+        const rest = document.title.indexOf(" · ");
+        if (header.dataset.title && rest >= 0) document.title = header.dataset.title + document.title.slice(rest);
+        const status = document.getElementById("trace-status").textContent;
+        flash(interpolate(gettext("finished: %(status)s"), { status: status }, true));
+      });
     }
   }
 

@@ -232,6 +232,21 @@ def test_an_htmx_request_for_the_tree_gets_only_the_tree(signed_in: Client, user
     assert "<html" in page
 
 
+def test_an_htmx_request_for_the_header_gets_only_the_header(signed_in: Client, user: User) -> None:
+    """What the live page reloads when the trace ends: its status, totals and task."""
+    trace = react_trace(user)
+    Trace.objects.filter(pk=trace.pk).update(status="completed", task="<b>Sum</b> the column")
+    headers = {"HX-Request": "true", "HX-Target": "trace-header"}
+
+    content = signed_in.get(f"/traces/{trace.id}/", headers=headers).content.decode()
+
+    assert content.lstrip().startswith('<header class="trace-header" id="trace-header"')
+    assert 'id="tree"' not in content
+    assert "&lt;b&gt;Sum&lt;/b&gt; the column</h1>" in content
+    assert 'data-title="&lt;b&gt;Sum&lt;/b&gt; the column"' in content
+    assert "st-completed" in content
+
+
 def test_a_running_trace_row_carries_what_the_live_list_needs(
     signed_in: Client, user: User
 ) -> None:
