@@ -73,14 +73,6 @@ def message_get_for(*, user: Any, message_id: uuid.UUID) -> Message:
     return message
 
 
-def turn_message_for(*, conversation: Conversation, message_id: uuid.UUID) -> Message:
-    """A turn of ``conversation``; raises ``MessageNotFound`` (404) for any other message."""
-    message = Message.objects.turns().filter(conversation=conversation, pk=message_id).first()
-    if message is None:
-        raise MessageNotFound(f"Message {message_id} is not a turn of this conversation.")
-    return message
-
-
 def conversation_steps(*, conversation: Conversation) -> dict[uuid.UUID, list[dict[str, Any]]]:
     """The ``step`` events of each of the conversation's runs, derived from their traces."""
     return run_steps(list(AgentRun.objects.filter(conversation=conversation).only("trace_id")))

@@ -26,6 +26,7 @@ from chat.exceptions import (
     ConversationNotFound,
     FeedbackInvalid,
     MessageActionInvalid,
+    MessageNotFound,
     TitleInvalid,
 )
 from chat.memory import memory_config, short_term_memory
@@ -37,7 +38,7 @@ from chat.models import (
     MessageRole,
     TitleSource,
 )
-from chat.selectors import turn_message_for, turn_tree
+from chat.selectors import turn_tree
 from traces.store import StepCreate, get_trace_store
 
 logger = structlog.get_logger(__name__)
@@ -149,20 +150,20 @@ def branch_tip(conversation: Conversation) -> uuid.UUID | None:
 
 
 @transaction.atomic
-def conversation_branch_choose(*, conversation: Conversation, message_id: uuid.UUID) -> Message:
+def conversation_branch_choose(*, conversation: Conversation, message_id: uuid.UUID) -> None:
     """Show the branch through the turn ``message_id`` (one of a turn's versions): the
-    conversation's ``current`` becomes the newest turn under it. Returns that turn. Raises
-    ``MessageNotFound`` for a turn not in the conversation, ``ConversationBusy`` (409) while a
-    run of the conversation is going (its answer belongs to the branch it was asked on)."""
+    conversation's ``current`` becomes the newest turn under it. Raises ``MessageNotFound``
+    for a turn not in the conversation, ``ConversationBusy`` (409) while a run of the
+    conversation is going (its answer belongs to the branch it was asked on)."""
     locked = Conversation.objects.select_for_update().get(pk=conversation.pk)
-    turn_message_for(conversation=locked, message_id=message_id)
-    conversation_ensure_idle(conversation=locked)
     tree = turn_tree(conversation_id=locked.id)
+    if message_id not in tree.nodes:
+        raise MessageNotFound(f"Message {message_id} is not a turn of this conversation.")
+    conversation_ensure_idle(conversation=locked)
     leaf = tree.newest_leaf_under(tree.nodes[message_id])
     locked.current_id = leaf.id
     locked.save(update_fields=["current"])
     conversation.current_id = leaf.id
-    return Message.objects.get(pk=leaf.id)
 
 
 def conversation_ensure_idle(*, conversation: Conversation) -> None:
