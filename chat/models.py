@@ -17,9 +17,11 @@ stopped (its text is then what was written before, possibly nothing).
 from __future__ import annotations
 
 import uuid
+from datetime import timedelta
 
 from django.conf import settings
 from django.db import models
+from django.utils import timezone
 
 from devassist.storable import StorableCharField, StorableJSONField, StorableTextField
 
@@ -47,10 +49,20 @@ class TitleSource(models.TextChoices):
 FEEDBACK_RATINGS = ("up", "down")
 
 
+def undo_delay() -> timedelta:
+    """How long a deleted conversation can be restored (``CHAT_UNDO_DELETE_S``)."""
+    return timedelta(seconds=float(settings.CHAT_UNDO_DELETE_S))
+
+
 class ConversationQuerySet(models.QuerySet["Conversation"]):
     def owned_by(self, user: models.Model) -> ConversationQuerySet:
         """The user's conversations, those deleted (and still undoable) left out."""
         return self.filter(owner=user, deleted_at__isnull=True)
+
+    def restorable_by(self, user: models.Model) -> ConversationQuerySet:
+        """The user's conversations deleted less than ``undo_delay()`` ago: Undo brings them
+        back."""
+        return self.filter(owner=user, deleted_at__gte=timezone.now() - undo_delay())
 
 
 class Conversation(models.Model):

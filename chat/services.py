@@ -8,11 +8,9 @@ import re
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
 from typing import Any
 
 import structlog
-from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 from django.utils.translation import gettext_noop
@@ -37,6 +35,7 @@ from chat.models import (
     MessageKind,
     MessageRole,
     TitleSource,
+    undo_delay,
 )
 from chat.selectors import turn_tree
 from traces.store import StepCreate, get_trace_store
@@ -255,11 +254,6 @@ def conversation_rename(*, conversation: Conversation, title: str) -> Conversati
 # --- deleting --------------------------------------------------------------------------------
 
 
-def undo_delay() -> timedelta:
-    """How long a deleted conversation can be restored (``CHAT_UNDO_DELETE_S``)."""
-    return timedelta(seconds=float(settings.CHAT_UNDO_DELETE_S))
-
-
 def conversation_delete(*, conversation: Conversation) -> None:
     """Delete the conversation: hidden at once, restorable for ``undo_delay()``
     (``conversation_restore``), then purged (``conversations_purge``): by the owner's next
@@ -278,11 +272,8 @@ def conversation_restore(*, user: Any, conversation_id: uuid.UUID) -> Conversati
     ago included (it is purged, or about to be)."""
     conversation = (
         Conversation.objects.select_for_update()
-        .filter(
-            owner=user,
-            pk=conversation_id,
-            deleted_at__gte=timezone.now() - undo_delay(),
-        )
+        .restorable_by(user)
+        .filter(pk=conversation_id)
         .first()
     )
     if conversation is None:

@@ -26,9 +26,7 @@ from django.http import (
 from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
 from django.urls import reverse
-from django.utils import timezone
 from django.utils.html import escape
-from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.safestring import mark_safe
 from django.utils.translation import gettext, gettext_noop, pgettext_lazy
 from django.views.decorators.http import require_GET, require_POST
@@ -79,13 +77,12 @@ from chat.services import (
     conversation_delete,
     conversation_rename,
     conversation_restore,
-    undo_delay,
 )
 from chat.turns import chat_turn_edit, chat_turn_regenerate, chat_turn_start
 from chat.uploads import uploaded_files
 from devassist.api import http_status
 from devassist.exceptions import DomainError
-from devassist.htmx import HtmxHttpRequest
+from devassist.htmx import HtmxHttpRequest, local_next
 from devassist.markdown import highlight_code, render_markdown
 from devassist.storable import MAX_INT
 from traces.artifact_cards import artifact_cards
@@ -390,11 +387,8 @@ def _undoable(request: HtmxHttpRequest, value: str) -> Conversation | None:
     except ValueError:
         return None
     return (
-        Conversation.objects.filter(
-            owner=request.user,
-            pk=conversation_id,
-            deleted_at__gte=timezone.now() - undo_delay(),
-        )
+        Conversation.objects.restorable_by(request.user)
+        .filter(pk=conversation_id)
         .only("id", "title")
         .first()
     )
@@ -819,11 +813,7 @@ def debug_mode_switch(request: HtmxHttpRequest) -> HttpResponse:
     on = request.POST.get("on") == "1"
     request.session[DEBUG_MODE_SESSION_KEY] = on
     logger.info("debug_mode_switched", user_id=request.user.pk, on=on)
-    next_url = request.POST.get("next", "")
-    if not url_has_allowed_host_and_scheme(
-        next_url, allowed_hosts={request.get_host()}, require_https=request.is_secure()
-    ):
-        next_url = reverse("home")
+    next_url = local_next(request)
     if not request.htmx:
         return redirect(next_url)
     return render(request, "chat/_debug_mode.html", {"debug_mode": on, "debug_next": next_url})

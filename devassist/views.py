@@ -7,8 +7,6 @@ from django.contrib.auth.decorators import login_not_required
 from django.contrib.auth.forms import AuthenticationForm
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse
 from django.shortcuts import redirect, render
-from django.urls import reverse
-from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.translation import gettext as _
 from django.views.decorators.cache import cache_page, never_cache
 from django.views.decorators.http import require_GET, require_POST
@@ -20,7 +18,7 @@ from django_htmx.http import HttpResponseClientRefresh, trigger_client_event
 from chat.views import chat_page
 from devassist.envelope import error_response, is_api_path
 from devassist.health import health_report
-from devassist.htmx import HtmxHttpRequest
+from devassist.htmx import HtmxHttpRequest, local_next
 from devassist.i18n import JS_CATALOG_CACHE_S, language_cookie_set
 from devassist.models import Language, Theme
 from devassist.selectors import language_for
@@ -52,7 +50,7 @@ def theme_switch(request: HtmxHttpRequest) -> HttpResponse:
     theme = Theme(request.POST["theme"])
     user_preferences_update(user=request.user, theme=theme)
     if not request.htmx:
-        return redirect(_local_next(request))
+        return redirect(local_next(request))
     response = render(request, "_theme_switch.html", {"theme": theme.value})
     return trigger_client_event(response, "theme-changed", {"theme": theme.value})
 
@@ -67,19 +65,9 @@ def language_switch(request: HtmxHttpRequest) -> HttpResponse:
         return HttpResponseBadRequest(_("Unknown language."))
     language = Language(request.POST["language"])
     user_preferences_update(user=request.user, language=language)
-    response = HttpResponseClientRefresh() if request.htmx else redirect(_local_next(request))
+    response = HttpResponseClientRefresh() if request.htmx else redirect(local_next(request))
     language_cookie_set(response, language.value)
     return response
-
-
-def _local_next(request: HtmxHttpRequest) -> str:
-    """The form's ``next`` when it is a URL of this site, else home."""
-    next_url = request.POST.get("next", "")
-    if url_has_allowed_host_and_scheme(
-        next_url, allowed_hosts={request.get_host()}, require_https=request.is_secure()
-    ):
-        return next_url
-    return reverse("home")
 
 
 class LoginView(auth_views.LoginView):
