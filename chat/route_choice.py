@@ -58,7 +58,8 @@ _QUESTION_EN = re.compile(
 
 @dataclass(frozen=True)
 class Route:
-    """The engine (``RunMode`` value) and why it was chosen (``explicit`` or ``heuristic``)."""
+    """The engine (``RunMode`` value) and why it was chosen (``explicit``, ``files`` or
+    ``heuristic``)."""
 
     mode: str
     reason: str
@@ -88,14 +89,18 @@ def choose_route(
     use_agent: bool | None = None,
     use_rag: bool | None = None,
     documents_exist: bool,
+    has_files: bool = False,
 ) -> Route:
     """The route of ``message``: ``use_agent`` true → agent; ``use_rag`` true → RAG (even
-    without documents: the answer then says nothing was found); otherwise the heuristic, where
-    a flag set to false rules its route out."""
+    without documents: the answer then says nothing was found); with files attached and no
+    flag set → agent (only the agent's code reads files); otherwise the heuristic, where a
+    flag set to false rules its route out."""
     if use_agent:
         return Route(RunMode.AGENT, "explicit")
     if use_rag:
         return Route(RunMode.RAG, "explicit")
+    if has_files and use_agent is None and use_rag is None:
+        return Route(RunMode.AGENT, "files")
     if use_agent is None and looks_like_task(message):
         return Route(RunMode.AGENT, "heuristic")
     if use_rag is None and documents_exist and looks_like_question(message):

@@ -146,9 +146,13 @@ async def chat_turn_start(
     ``search_docs`` searches by default."""
     _check_message(message)
     new_files = input_files(files)
-    if new_files and use_agent is None and use_rag is None:
-        use_agent = True  # only the agent's code reads files
-    route = await _route(message, use_agent=use_agent, use_rag=use_rag, collection=collection)
+    route = await _route(
+        message,
+        use_agent=use_agent,
+        use_rag=use_rag,
+        collection=collection,
+        has_files=bool(new_files),
+    )
     kept = await sync_to_async(attachment_inputs)(edit_of) if edit_of is not None else ()
     run, stored = await sync_to_async(_open_turn)(
         user=user,
@@ -255,12 +259,21 @@ def _check_message(message: str) -> None:
 
 
 async def _route(
-    message: str, *, use_agent: bool | None, use_rag: bool | None, collection: str | None
+    message: str,
+    *,
+    use_agent: bool | None,
+    use_rag: bool | None,
+    collection: str | None,
+    has_files: bool = False,
 ) -> Route:
     """The route ``message`` takes; raises ``CollectionNotFound`` (404) when RAG (or the agent
     with ``collection`` named) is asked of a collection that does not exist."""
     route = choose_route(
-        message=message, use_agent=use_agent, use_rag=use_rag, documents_exist=True
+        message=message,
+        use_agent=use_agent,
+        use_rag=use_rag,
+        documents_exist=True,
+        has_files=has_files,
     )
     # Only a question routed to RAG by the heuristic depends on documents: look only then.
     name = collection or settings.KNOWLEDGE_DEFAULT_COLLECTION

@@ -62,3 +62,12 @@ def test_route_table(message, use_agent, use_rag, documents, expected):
 def test_explicit_and_heuristic_reasons():
     assert choose_route(message="hi", use_agent=True, documents_exist=False).reason == "explicit"
     assert choose_route(message="hi", documents_exist=False).reason == "heuristic"
+
+
+def test_files_take_the_agent_unless_a_route_is_asked_for():
+    files = choose_route(message="What is in it?", documents_exist=True, has_files=True)
+    assert (files.mode, files.reason) == ("agent", "files")
+    asked = choose_route(message="hi", use_rag=True, documents_exist=True, has_files=True)
+    assert (asked.mode, asked.reason) == ("rag", "explicit")
+    ruled_out = choose_route(message="hi", use_agent=False, documents_exist=False, has_files=True)
+    assert (ruled_out.mode, ruled_out.reason) == ("chat", "heuristic")
