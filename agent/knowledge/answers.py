@@ -32,6 +32,7 @@ from agent.knowledge.text import tokenize
 
 __all__ = [
     "SOURCES_HEADING",
+    "SOURCES_HEADING_LINE",
     "extractive_answer",
     "is_small_talk",
     "linked_label",
@@ -50,7 +51,11 @@ QUOTE_MAX_CHARS = 700
 #: (and at least one): with one word of a longer question in common, it is about something else.
 MIN_SHARED_TERMS = 1 / 3
 
-_SOURCES_TAIL = re.compile(r"\n+\**Sources\**:?\**\s*\n(?:\s*(?:\d+[.)]|[-*]).*(?:\n|$))*\s*\Z")
+#: The line that heads a sources list (``Sources:``, ``**Sources**``, any case).
+SOURCES_HEADING_LINE = re.compile(r"\**Sources\**:?\**\s*", re.IGNORECASE)
+_SOURCES_TAIL = re.compile(
+    rf"\n+{SOURCES_HEADING_LINE.pattern}\n(?:\s*(?:\d+[.)]|[-*]).*(?:\n|$))*\s*\Z", re.IGNORECASE
+)
 # A numbered entry of a sources list, with the document page it links to, if it does.
 _LISTED = re.compile(
     r"^\s*(\d+)[.)][ \t]*(?:\[(?:[^\]\\\n]|\\.)*\]\((/docs/[^)\s]*)\))?", re.MULTILINE

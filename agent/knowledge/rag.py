@@ -20,6 +20,7 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 
 from agent.knowledge.answers import (
+    SOURCES_HEADING_LINE,
     extractive_answer,
     linked_label,
     listed_sources,
@@ -91,11 +92,6 @@ def rag_messages(question: str, chunks: Sequence[SearchResult]) -> list[ChatMess
     ]
 
 
-#: A line that begins a sources list, or the start of one (``**Sou``): what follows it may be
-#: the list the answer's own replaces.
-_SOURCES_HEADING = re.compile(r"\**Sources\**:?\**\s*", re.IGNORECASE)
-
-
 def _streamable_length(text: str) -> int:
     """How much of a streaming answer can go out as deltas: all of it up to the line that may
     begin its own ``Sources:`` list (which the answer's list replaces: a heading line, or an
@@ -106,7 +102,7 @@ def _streamable_length(text: str) -> int:
         stripped = line.strip()
         unfinished = not line.endswith(("\n", "\r"))
         if stripped and (
-            _SOURCES_HEADING.fullmatch(stripped)
+            SOURCES_HEADING_LINE.fullmatch(stripped)
             or (unfinished and "sources:".startswith(stripped.replace("*", "").lower()))
         ):
             return len(text[:start].rstrip())

@@ -138,6 +138,8 @@ def test_source_labels_leave_out_an_unknown_chunk_index() -> None:
 def test_a_sources_list_written_by_the_model_is_replaced() -> None:
     assert strip_sources_block("Answer [1].\n\n**Sources:**\n1. a.md\n- b.md\n") == "Answer [1]."
     assert strip_sources_block("No list here.") == "No list here."
+    # Whatever its case: the stream holds such a heading back, so the answer must drop it.
+    assert strip_sources_block("Answer [1].\n\nsources:\n1. a.md\n") == "Answer [1]."
 
 
 def test_extracts_quote_whole_blocks_and_drop_the_opening_heading() -> None:
