@@ -125,8 +125,9 @@ async def rag_answer(
     Raises ``CollectionNotFound``, ``EmbeddingsMismatch``, ``EmbeddingsUnavailable`` and the
     provider's ``LLMUnavailable`` / ``LLMTimeout``; cancelling the awaiting task stops the model
     call. ``on_retrieved`` is awaited with the chunks once they are found; with
-    ``on_delta`` the model's answer is streamed and each piece awaited with it as it arrives
-    (the answer returned is the whole one, with its ``Sources:`` list)."""
+    ``on_delta`` the model's answer is streamed and each piece awaited with it as it arrives,
+    and an empty piece when the model pauses (what was passed on must go out now, not with the
+    next token); the answer returned is the whole one, with its ``Sources:`` list."""
     name = collection or settings.KNOWLEDGE_DEFAULT_COLLECTION
     # Chroma and the embeddings block: in a thread of their own.
     chunks = await sync_to_async(search, thread_sensitive=False)(
@@ -161,6 +162,10 @@ async def rag_answer(
                 if chunk.response is not None:
                     response = chunk.response
                     break
+                if not chunk.delta:
+                    if sent:  # a flush is due (``LLMChunk``): what was passed on goes out now
+                        await on_delta("")
+                    continue
                 text += chunk.delta
                 safe = _streamable_length(text)
                 if safe > sent:

@@ -3,6 +3,7 @@ client against the scripted OpenAI-compatible server) citing numbered passages."
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +82,27 @@ async def test_with_a_model_nothing_found_is_said_plainly(guide: str, scripted: 
 
     assert result.answer == "The documentation has nothing that matches this question."
     assert scripted.requests == []
+
+
+async def test_a_streamed_answer_is_sent_on_when_the_model_pauses(
+    guide: str, scripted: FakeOpenAI
+) -> None:
+    """As in the agent's loop: an empty piece tells the run to send what it queued when the
+    model stops writing for a moment, not when its next token comes."""
+    scripted.script([{"chunks": ["The default is 256 MB [1].", " Set it."], "delays_s": [0, 1.5]}])
+    started = time.monotonic()
+    seen: list[tuple[float, str]] = []
+
+    async def delta(text: str) -> None:
+        seen.append((time.monotonic() - started, text))
+
+    result = await rag_answer(question="What is the sandbox memory limit?", on_delta=delta)
+
+    assert result.answer.startswith("".join(text for _, text in seen))
+    first = next(at for at, text in seen if text)
+    pause = next(at for at, text in seen if at >= first and text == "")
+    rest = next(at for at, text in seen if text == " Set it.")
+    assert pause - first < 0.5 < rest - first
 
 
 async def test_an_unknown_collection_raises(guide: str) -> None:
