@@ -49,6 +49,7 @@ from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from agent.exceptions import RunNotFound
 from agent.llm.base import ChatMessage, LLMChunk, LLMProvider, LLMResponse, ToolDefinition
 from agent.models import AgentRun, RunStatus
+from agent.projections import step_times_ns
 from devassist.exceptions import Forbidden
 from traces.models import Step, StepStatus
 
@@ -339,10 +340,6 @@ def _generation(index: int, call: _Call) -> GenerationExport:
     )
 
 
-def _epoch_ns(moment: datetime) -> int:
-    return int(moment.timestamp() * 1e9)
-
-
 async def _tool_calls(run: AgentRun) -> list[ToolExport]:
     """The run's tool calls from its trace: each ``action`` step with its ``result``."""
     if run.trace_id is None:
@@ -371,11 +368,7 @@ async def _tool_calls(run: AgentRun) -> list[ToolExport]:
     tools = []
     for action in (step for step in steps if step.step_type == "action"):
         result = results.get(action.id)
-        started_ns = _epoch_ns(action.started_at or action.created_at)
-        if action.duration_ms is not None:
-            ended_ns = started_ns + action.duration_ms * 1_000_000
-        else:
-            ended_ns = _epoch_ns(action.finished_at) if action.finished_at else started_ns
+        started_ns, ended_ns = step_times_ns(action)
         failed = action.status == StepStatus.FAILED or (
             result is not None and result.status == StepStatus.FAILED
         )

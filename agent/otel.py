@@ -39,6 +39,7 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 from agent.models import AgentRun, RunStatus
+from agent.projections import step_times_ns
 from traces.models import Step, StepStatus, StepType
 
 logger = structlog.get_logger(__name__)
@@ -162,15 +163,6 @@ def _ns(moment: datetime | None) -> int | None:
     return int(moment.timestamp() * 1_000_000_000) if moment is not None else None
 
 
-def _times(step: Step) -> tuple[int, int]:
-    """(start, end) in ns since the epoch: the step's start plus its duration, or its finish."""
-    start = _ns(step.started_at or step.created_at) or 0
-    if step.duration_ms is not None:
-        return start, start + step.duration_ms * 1_000_000
-    end = _ns(step.finished_at)
-    return start, max(start, end) if end is not None else start
-
-
 def span_id_of(step_id: uuid.UUID) -> int:
     """A step's span id: the last 64 bits of its UUID (never 0)."""
     return (step_id.int & (2**64 - 1)) or 1
@@ -209,7 +201,7 @@ def run_spans(
         events: list[Event] | None = None,
         error: str | None = None,
     ) -> ReadableSpan:
-        start, end = _times(step)
+        start, end = step_times_ns(step)
         status = Status(StatusCode.ERROR, error) if error is not None else Status(StatusCode.UNSET)
         return ReadableSpan(
             name=name,
@@ -245,7 +237,7 @@ def run_spans(
             output = data.get("output", "")
             events = []
             if capture:
-                start, end = _times(step)
+                start, end = step_times_ns(step)
                 reply = _text([{"role": "assistant", "content": output}])
                 events = [
                     Event("gen_ai.content.prompt", {"gen_ai.prompt": _text(transcript)}, start),
@@ -314,7 +306,7 @@ def _agent_span(
     when it has none); with ``capture``, its task and its answer (``answer``, the run's last
     ``response`` step) as events."""
     if goal is not None:
-        start, end = _times(goal)
+        start, end = step_times_ns(goal)
     else:
         start = _ns(run.started_at or run.created_at) or 0
         end = max(start, _ns(run.finished_at) or start)

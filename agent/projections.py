@@ -125,3 +125,14 @@ def _data(step: StepLike | None) -> dict[str, Any]:
 
 def _ms(moment: datetime | None) -> int:
     return int(moment.timestamp() * 1000) if moment is not None else 0
+
+
+def step_times_ns(step: Any) -> tuple[int, int]:
+    """A stored step's (start, end) in ns since the epoch, as the exporters (OTel, Langfuse)
+    send it: its start plus its duration, or its finish (never before its start)."""
+    start = int((step.started_at or step.created_at).timestamp() * 1_000_000_000)
+    if step.duration_ms is not None:
+        return start, start + step.duration_ms * 1_000_000
+    if step.finished_at is None:
+        return start, start
+    return start, max(start, int(step.finished_at.timestamp() * 1_000_000_000))
