@@ -62,11 +62,11 @@ class OtlpError(Exception):
     """A request refused as a whole: its HTTP status and the ``google.rpc.Code`` of its
     ``Status`` body."""
 
-    def __init__(self, status: HTTPStatus, message: str, *, code: int | None = None) -> None:
+    def __init__(self, status: HTTPStatus, message: str) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
-        self.code = code if code is not None else _RPC_CODES.get(status, code_pb2.UNKNOWN)
+        self.code = _RPC_CODES.get(status, code_pb2.UNKNOWN)
 
 
 _RPC_CODES = {
@@ -256,7 +256,6 @@ class TraceSpans:
     before their children, siblings by start time), and what the trace takes from them."""
 
     trace_id: uuid.UUID
-    otel_trace_id: str
     service: str
     resource: dict[str, Any]
     steps: list[StepCreate] = field(default_factory=list)
@@ -264,6 +263,11 @@ class TraceSpans:
     complete: str | None = None
     duration_ms: int | None = None
     task: str | None = None
+
+    @property
+    def otel_trace_id(self) -> str:
+        """The trace id as OTel writes it (32 hex digits)."""
+        return self.trace_id.hex
 
 
 @dataclass
@@ -333,7 +337,6 @@ def request_spans(
                 if entry is None:
                     entry = batch.traces[trace_id] = TraceSpans(
                         trace_id=trace_id,
-                        otel_trace_id=span.trace_id.hex(),
                         service=service,
                         resource=resource,
                     )

@@ -61,9 +61,9 @@ def otlp_spans_ingest(*, user: Any, batch: SpanBatch) -> IngestOutcome:
     All in one transaction, the traces locked in id order (two requests never wait on each
     other in a circle). A trace the store refuses (another user's, one not recorded over
     OTLP, a cost past the limit) has all its spans rejected and nothing written, the other
-    traces are stored; anything else raises and nothing is stored."""
+    traces are stored; anything else raises and nothing is stored. The refused spans are counted in
+    ``batch`` (``SpanBatch.reject``)."""
     store = get_trace_store()
-    rejected, reasons = batch.rejected, list(batch.reasons)
     foreign = 0
     with transaction.atomic():
         for trace_id in sorted(batch.traces):
@@ -91,10 +91,8 @@ def otlp_spans_ingest(*, user: Any, batch: SpanBatch) -> IngestOutcome:
                     task=spans.task,
                 )
             except DomainError as exc:
-                rejected += len(spans.steps)
+                batch.reject(len(spans.steps), f"trace {spans.otel_trace_id}: {exc.message}")
                 foreign += len(spans.steps) if isinstance(exc, TraceOfAnotherUser) else 0
-                if len(reasons) < 5:
-                    reasons.append(f"trace {spans.otel_trace_id}: {exc.message}")
                 logger.info(
                     "otlp_trace_rejected",
                     otel_trace_id=spans.otel_trace_id,
@@ -102,8 +100,8 @@ def otlp_spans_ingest(*, user: Any, batch: SpanBatch) -> IngestOutcome:
                     spans=len(spans.steps),
                 )
     return IngestOutcome(
-        accepted=batch.total - rejected,
-        rejected=rejected,
-        reasons=reasons,
-        only_foreign=rejected > 0 and foreign == rejected,
+        accepted=batch.total - batch.rejected,
+        rejected=batch.rejected,
+        reasons=batch.reasons,
+        only_foreign=batch.rejected > 0 and foreign == batch.rejected,
     )
