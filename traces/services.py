@@ -61,8 +61,8 @@ def otlp_spans_ingest(*, user: Any, batch: SpanBatch) -> IngestOutcome:
     All in one transaction, the traces locked in id order (two requests never wait on each
     other in a circle). A trace the store refuses (another user's, one not recorded over
     OTLP, a cost past the limit) has all its spans rejected and nothing written, the other
-    traces are stored; anything else raises and nothing is stored. The refused spans are counted in
-    ``batch`` (``SpanBatch.reject``)."""
+    traces are stored; anything else raises and nothing is stored. The refused spans are
+    counted in ``batch`` (``SpanBatch.reject``)."""
     store = get_trace_store()
     foreign = 0
     with transaction.atomic():
