@@ -16,10 +16,8 @@ from django.conf import settings
 
 from sandbox.backends.base import SandboxFile
 from sandbox.exceptions import SandboxInputsTooLarge
+from sandbox.kernel_program import INPUTS as INPUTS_DIR
 from traces.artifacts import sanitise_name, sniff
-
-#: Where the files are in the sandbox.
-INPUTS_DIR = "/tmp/inputs"  # noqa: S108 - inside the container
 
 
 @dataclass(frozen=True)

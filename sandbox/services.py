@@ -101,14 +101,6 @@ class CodeSession:
         self._closed = False
         self._lock = threading.Lock()
 
-    async def execute(
-        self, *, user: Any, code: str, timeout_s: float, on_output: OutputCallback | None = None
-    ) -> CodeRun:
-        """``run_scanned`` in this session."""
-        return await run_scanned(
-            user=user, code=code, timeout_s=timeout_s, on_output=on_output, session=self
-        )
-
     def run(
         self,
         *,
@@ -174,6 +166,8 @@ async def run_scanned(
     stream, then a marker), one piece at a time and in order, every piece before this returns;
     pieces that arrive while it is busy are joined. If it raises, the error is logged and the
     rest of the output is not passed on; the result does not change."""
+    if session is None:
+        session = CodeSession(owner="", state="call")
     with get_sandbox_slots().claim(slot_owner(user)) as claim:
         return await _scan_and_run(
             claim, code=code, timeout_s=timeout_s, on_output=on_output, session=session
@@ -185,29 +179,24 @@ async def _scan_and_run(
     *,
     code: str,
     timeout_s: float,
+    session: CodeSession,
     on_output: OutputCallback | None = None,
-    session: CodeSession | None = None,
-    trace_id: uuid.UUID | None = None,
 ) -> CodeRun:
-    """The scan, then the run in a thread; the container is the thread's, so a cancelled
-    task tells it to stop through an event (the one place a thread event stands for asyncio
-    cancellation). The output files are stored for ``trace_id`` (the session's trace when
-    there is a session) on that thread too."""
+    """The scan, then the run in ``session`` in a thread; the container is the thread's, so
+    a cancelled task tells it to stop through an event (the one place a thread event stands
+    for asyncio cancellation). The output files are stored for the session's trace (none:
+    not stored) on that thread too."""
     report = scan(code, scan_policy())
     if report.blocked:
         return CodeRun(report=report, result=None)
     cancel = threading.Event()
-    target = session if session is not None else CodeSession(owner="", state="call")
-    store_for = session.trace_id if session is not None else trace_id
-    job = partial(_run_and_store, target, code=code, timeout_s=timeout_s, cancel=cancel)
+    job = partial(_run_and_store, session, code=code, timeout_s=timeout_s, cancel=cancel)
     try:
         if on_output is None:
-            result, artifacts = await claim.run(partial(job, trace_id=store_for))
+            result, artifacts = await claim.run(job)
         else:
             relay = _OutputRelay(on_output)
-            result, artifacts = await relay.around(
-                claim.run(partial(job, trace_id=store_for, on_output=relay.put))
-            )
+            result, artifacts = await relay.around(claim.run(partial(job, on_output=relay.put)))
     except asyncio.CancelledError:
         cancel.set()
         raise
@@ -220,13 +209,13 @@ def _run_and_store(
     code: str,
     timeout_s: float,
     cancel: threading.Event,
-    trace_id: uuid.UUID | None,
     on_output: OutputSink | None = None,
 ) -> tuple[ExecResult, tuple[StoredArtifact, ...]]:
     result = session.run(code=code, timeout_s=timeout_s, cancel=cancel, on_output=on_output)
-    if trace_id is None or not result.files:
+    if session.trace_id is None or not result.files:
         return result, ()
-    stored, failed = store_files(((f.name, f.data) for f in result.files), trace_id=trace_id)
+    files = ((f.name, f.data) for f in result.files)
+    stored, failed = store_files(files, trace_id=session.trace_id)
     refused = tuple(SkippedFile(name=f.name, reason=f.reason) for f in failed)
     return replace(result, files=(), skipped_files=result.skipped_files + refused), tuple(stored)
 
@@ -306,7 +295,8 @@ async def _execute_recorded(
     )
     await store.add_steps(trace.id, [goal, action])
     try:
-        ran = await _scan_and_run(claim, code=code, timeout_s=timeout_s, trace_id=trace.id)
+        one_off = CodeSession(owner="", trace_id=trace.id, state="call")
+        ran = await _scan_and_run(claim, code=code, timeout_s=timeout_s, session=one_off)
     except SandboxUnavailable as exc:
         await _finish(trace.id, goal, action, error=str(exc), data={"hint": exc.hint})
         raise DockerNotAvailable(

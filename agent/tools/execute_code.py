@@ -83,14 +83,13 @@ async def execute_code(args: dict[str, Any], context: ToolContext) -> dict[str, 
     timeout_s = float(args.get("timeout_s", DEFAULT_TIMEOUT_S))
     code_size_check(code)
     try:
-        if context.sandbox is not None:
-            ran = await context.sandbox.execute(
-                user=context.user, code=code, timeout_s=timeout_s, on_output=context.on_output
-            )
-        else:
-            ran = await run_scanned(
-                user=context.user, code=code, timeout_s=timeout_s, on_output=context.on_output
-            )
+        ran = await run_scanned(
+            user=context.user,
+            code=code,
+            timeout_s=timeout_s,
+            on_output=context.on_output,
+            session=context.sandbox,
+        )
     except SandboxBusy as exc:
         raise ToolFailed(
             f"code execution is busy: {exc.message} Answer without running code, or call "
@@ -125,9 +124,7 @@ async def execute_code(args: dict[str, Any], context: ToolContext) -> dict[str, 
     if ran.artifacts:
         observation["artifacts"] = [artifact.as_dict() for artifact in ran.artifacts]
     if result.skipped_files or result.skipped_more:
-        observation["skipped_files"] = [
-            {"name": f.name, "reason": f.reason} for f in result.skipped_files
-        ]
+        observation["skipped_files"] = [f.as_dict() for f in result.skipped_files]
         if result.skipped_more:
             observation["skipped_more"] = result.skipped_more
     if result.state_lost:

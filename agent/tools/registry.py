@@ -43,7 +43,7 @@ from agent.exceptions import (
 from devassist.exceptions import DomainError
 
 if TYPE_CHECKING:
-    from sandbox.services import CodeSession
+    from sandbox.services import CodeSession, OutputCallback
 
 logger = structlog.get_logger(__name__)
 
@@ -57,8 +57,6 @@ _REASON_MAX_CHARS = 300
 _IDENTIFIER_RE = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 
 ToolHandler = Callable[[dict[str, Any], "ToolContext"], Any | Awaitable[Any]]
-#: Receives what a running tool prints: ``(stream, text)``, ``stream`` ``stdout`` or ``stderr``.
-OutputCallback = Callable[[str, str], Awaitable[None]]
 
 
 # --- values -------------------------------------------------------------------------------

@@ -31,6 +31,9 @@ class SkippedFile:
     name: str
     reason: str
 
+    def as_dict(self) -> dict[str, str]:
+        return {"name": self.name, "reason": self.reason}
+
 
 @dataclass(frozen=True)
 class ExecResult:
@@ -67,7 +70,7 @@ class ExecResult:
             for field in fields(self)
             if field.name not in {"files", "skipped_files"}
         }
-        out["skipped_files"] = [{"name": f.name, "reason": f.reason} for f in self.skipped_files]
+        out["skipped_files"] = [f.as_dict() for f in self.skipped_files]
         return out
 
 
