@@ -300,11 +300,6 @@
     document.body.dispatchEvent(new Event("conversations-changed"));
   });
 
-  // A number with `places` decimals, written as the page's language writes it.
-  function decimal(value, places) {
-    return Number(value).toFixed(places).replace(".", get_format("DECIMAL_SEPARATOR"));
-  }
-
   // A running step's card (rendered by the server) shows the time since its tool started.
   setInterval(function () {
     messages.querySelectorAll(".step.running .step-elapsed").forEach(function (elapsed) {

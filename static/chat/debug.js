@@ -49,7 +49,7 @@
   }
 
   function seconds(value) {
-    return value.toFixed(value < 10 ? 1 : 0).replace(".", get_format("DECIMAL_SEPARATOR")) + " s";
+    return decimal(value, value < 10 ? 1 : 0) + " s";
   }
 
   // A stored time (ISO 8601) in the page's language, to the millisecond, in UTC as stored.

@@ -21,7 +21,7 @@
           if (cell && name in totals) {
             // The cost as floatformat:4 shows it in the page's language.
             cell.textContent = name === "total_cost"
-              ? Number(totals[name]).toFixed(4).replace(".", get_format("DECIMAL_SEPARATOR"))
+              ? decimal(totals[name], 4)
               : totals[name];
           }
         }

@@ -218,11 +218,6 @@
 
   // --- live ------------------------------------------------------------------------------------
 
-  // Numbers as the server formats them for the page's language (the catalogue's formats).
-  function decimal(value, places) {
-    return Number(value).toFixed(places).replace(".", get_format("DECIMAL_SEPARATOR"));
-  }
-
   // The ms template filter's twin (traces/templatetags/trace_format.py): unit symbols.
   function formatMs(value) {
     if (value === null || value === undefined) return "—";

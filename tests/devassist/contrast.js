@@ -51,7 +51,7 @@
     const rect = el.getBoundingClientRect();
     return rect.width > 0 && rect.height > 0 &&
       el.checkVisibility({ opacityProperty: true, visibilityProperty: true }) &&
-      !el.closest(".visually-hidden, :disabled");
+      !el.closest(":disabled");
   };
   const name = (el) => {
     const id = el.id ? "#" + el.id : "";
