@@ -180,3 +180,9 @@ def trace_dict(trace: Trace) -> dict[str, Any]:
 def event_dict(event: TraceEvent) -> dict[str, Any]:
     """A logged event as the websocket sends it: ``{event, seq, ...payload}``."""
     return {"event": event.event, "seq": event.seq, **event.payload}
+
+
+def step_added_event(step: dict[str, Any], totals: dict[str, Any]) -> dict[str, Any]:
+    """The ``step_added`` event of a step (in ``step_from_values``' shape): not logged, the
+    step is its record, and its ``seq`` is the step's."""
+    return {"event": "step_added", "seq": step["seq"], "step": step, "totals": totals}

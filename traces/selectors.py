@@ -25,9 +25,9 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.db import connection
-from django.db.models import Count, F, Min, OuterRef, Q, QuerySet, Subquery
+from django.db.models import Count, F, Min, OuterRef, Q, QuerySet, Subquery, Value
 from django.db.models.expressions import Window
-from django.db.models.functions import RowNumber
+from django.db.models.functions import Coalesce, RowNumber
 from django.utils.dateparse import parse_datetime
 from django.utils.translation import gettext
 
@@ -44,10 +44,19 @@ from traces.exceptions import (
     TreeTooLarge,
 )
 from traces.models import Step, StepType, Trace, TraceEvent
-from traces.projections import event_dict, step_from_values, step_values, trace_dict
+from traces.projections import (
+    event_dict,
+    step_added_event,
+    step_from_values,
+    step_values,
+    trace_dict,
+    trace_totals,
+)
 
 #: The deepest a tree or node read nests (``max_depth``), the same for both endpoints.
 MAX_DEPTH = 10
+#: Past every seq (``PositiveBigIntegerField``).
+MAX_SEQ = 2**63 - 1
 #: Children per window: the node endpoint's default ``limit`` and the browser's window ("show
 #: N more" loads the next one).
 CHILD_WINDOW = 50
@@ -159,12 +168,32 @@ def trace_list_for(
 def trace_events_after(
     *, trace_id: uuid.UUID, after_seq: int, limit: int = 1000, up_to: int | None = None
 ) -> list[dict[str, Any]]:
-    """Logged events with ``after_seq < seq <= up_to``, oldest first, at most ``limit``, as
-    the websocket sends them (one query)."""
-    qs = TraceEvent.objects.filter(trace_id=trace_id, seq__gt=after_seq).order_by("seq")
+    """The trace's events with ``after_seq < seq <= up_to``, oldest first, at most ``limit``,
+    as the websocket sends them (three queries). The ``step_added`` events are the steps
+    themselves (the store does not log them), with the trace's totals as they stand now;
+    steps added after the trace's ``trace_completed`` (late spans, feedback) announce
+    nothing, as when they were added.
+
+    The logged events are read before the steps: a write that commits between the two reads
+    is then seen by its steps alone, whose seqs come before its events', so the page has no
+    gap (the follower goes on from its last seq)."""
+    trace = Trace.objects.filter(pk=trace_id).first()
+    if trace is None:
+        return []
+    events = TraceEvent.objects.filter(trace=trace, seq__gt=after_seq).order_by("seq")
+    completed = TraceEvent.objects.filter(trace=trace, event="trace_completed").values("seq")
+    steps = Step.objects.for_trace(trace).filter(
+        seq__gt=after_seq, seq__lt=Coalesce(Subquery(completed[:1]), Value(MAX_SEQ))
+    )
     if up_to is not None:
-        qs = qs.filter(seq__lte=up_to)
-    return [event_dict(event) for event in qs[:limit]]
+        events, steps = events.filter(seq__lte=up_to), steps.filter(seq__lte=up_to)
+    logged = [event_dict(event) for event in events[:limit]]
+    totals = trace_totals(trace)
+    added = [
+        step_added_event(step_from_values(row), totals)
+        for row in step_values(steps.in_order()[:limit])
+    ]
+    return sorted([*added, *logged], key=lambda event: event["seq"])[:limit]
 
 
 # --- steps --------------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from agent.models import RunEvent
 from agent.services import run_create
 from agent.tools.registry import Tool, ToolRegistry
 from traces.models import Step, TraceEvent
-from traces.selectors import trace_get
+from traces.selectors import trace_events_after, trace_get
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -49,10 +49,10 @@ def tool_run(scripted: Any, monkeypatch: pytest.MonkeyPatch, user: Any) -> Any:
 
 
 async def events_of(trace_id: Any) -> list[tuple[str, str, str]]:
-    rows = TraceEvent.objects.filter(trace_id=trace_id).order_by("seq")
+    """The trace's events as a watcher that connects afterwards is sent them."""
+    events = await sync_to_async(trace_events_after)(trace_id=trace_id, after_seq=0)
     return [
-        (e.event, e.payload.get("step", {}).get("step_type", ""), e.payload.get("step_id", ""))
-        async for e in rows
+        (e["event"], e.get("step", {}).get("step_type", ""), e.get("step_id", "")) for e in events
     ]
 
 

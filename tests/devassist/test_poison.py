@@ -22,7 +22,7 @@ from tests.conftest import token_client
 from tests.devassist.test_errors import assert_envelope, error_locations
 from tests.traces.factories import add, make_trace, step
 from traces.models import Step, Trace, TraceEvent
-from traces.selectors import MAX_DEPTH
+from traces.selectors import MAX_DEPTH, trace_events_after
 from traces.store import StepCreate, get_trace_store
 
 
@@ -384,8 +384,13 @@ def test_a_programs_values_are_stored_replaced_and_flagged(user: User) -> None:
     assert (row.error, row.description) == (f"exit {REPLACEMENT} code", REPLACEMENT)
     # What the store answers and broadcasts is what it stored.
     assert stored.data == row.data
-    event = TraceEvent.objects.get(trace=trace, event="step_added")
-    assert "\x00" not in json.dumps(event.payload)
+    (added,) = [
+        event
+        for event in trace_events_after(trace_id=trace.id, after_seq=0)
+        if event["event"] == "step_added"
+    ]
+    assert added["step"]["error"] == row.error
+    assert "\x00" not in json.dumps(added)
     trace.refresh_from_db()
     assert trace.status == "completed"
 

@@ -22,7 +22,9 @@ ESCAPED_SCRIPT = "&lt;script&gt;alert(1)&lt;/script&gt;"
 
 
 def make_trace(user: User, *, steps: int = 0, data: Any = None) -> Trace:
-    """A trace with a root goal step and ``steps - 1`` thought children under it."""
+    """A trace with a root goal step and ``steps - 1`` thought children under it, each step's
+    data written again once it is stored: one logged event (``step_updated``) per step (a
+    step is its own ``step_added``, which is not logged)."""
     store = get_trace_store()
     trace = async_to_sync(store.create_trace)(user=user, task="t")
     if steps:
@@ -33,6 +35,8 @@ def make_trace(user: User, *, steps: int = 0, data: Any = None) -> Trace:
             for i in range(steps - 1)
         ]
         async_to_sync(store.add_steps)(trace.id, batch)
+        updates = {item.id: {"data": item.data} for item in batch}
+        async_to_sync(store.add_steps)(trace.id, [], updates=updates)
     return trace
 
 
@@ -150,12 +154,13 @@ def test_step_change_page_shows_data_as_escaped_pretty_json(
 @pytest.mark.django_db
 def test_trace_event_change_page_escapes_the_payload(admin_client: Client, user: User) -> None:
     trace = make_trace(user, steps=1, data={"html": SCRIPT})
-    event = TraceEvent.objects.get(trace=trace, event="step_added")
+    event = TraceEvent.objects.get(trace=trace, event="step_updated")
+    assert SCRIPT in event.payload["updates"]["data_preview"]
 
     content = admin_client.get(change_url(event)).content.decode()
 
     assert SCRIPT not in content
-    assert "step_added" in content
+    assert "step_updated" in content
 
 
 @pytest.mark.django_db

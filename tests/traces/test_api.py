@@ -457,13 +457,21 @@ def test_node_endpoint_uses_one_query_per_level(user, depth, django_assert_num_q
         client.get(f"/api/traces/{trace.id}/node/root?max_depth={depth}")
 
 
-def test_event_log_has_one_row_per_change(api, user):
+def test_event_log_has_one_event_per_change_and_stores_no_copy_of_a_step(api, user):
     trace = make_trace(user)
     root = add(trace, step("goal"))[0]
     patch(api, f"/api/traces/{trace.id}/steps/{root.id}", {"tokens": 3})
     post(api, f"/api/traces/{trace.id}/complete", {})
+    log = api.get(f"/api/traces/{trace.id}/events?after_seq=0").json()
+    assert [(e["event"], e["seq"]) for e in log["events"]] == [
+        ("step_added", 1),
+        ("step_updated", 2),
+        ("trace_completed", 3),
+    ]
+    # The step is its own step_added: read from the steps, with the totals as they stand.
+    assert log["events"][0]["step"]["tokens"] == 3
+    assert log["events"][0]["totals"]["total_tokens"] == 3
     assert list(TraceEvent.objects.filter(trace=trace).values_list("event", flat=True)) == [
-        "step_added",
         "step_updated",
         "trace_completed",
     ]

@@ -36,6 +36,11 @@ def orm_store() -> OrmTraceStore:
 pytestmark = pytest.mark.django_db
 
 
+def replay(trace: Trace, limit: int = 1000) -> list[dict]:
+    """What a watcher that connects with ``after_seq=0`` is sent."""
+    return selectors.trace_events_after(trace_id=trace.id, after_seq=0, limit=limit)
+
+
 def test_steps_get_consecutive_seq_depth_and_path(user):
     trace = make_trace(user)
     root = step("goal")
@@ -146,7 +151,7 @@ def test_resending_a_step_id_is_idempotent(user):
     assert Step.objects.filter(trace=trace).count() == 2
     trace.refresh_from_db()
     assert trace.total_steps == 2
-    assert TraceEvent.objects.filter(trace=trace).count() == 2
+    assert [e["event"] for e in replay(trace)] == ["step_added", "step_added"]
 
 
 def test_step_id_from_another_trace_conflicts(user):
@@ -318,10 +323,7 @@ def test_seq_is_unique_and_gapless_under_concurrent_writers(user):
     seqs = list(Step.objects.filter(trace=trace).order_by("seq").values_list("seq", flat=True))
     total = 1 + writers * per_writer
     assert seqs == list(range(1, total + 1))
-    event_seqs = list(
-        TraceEvent.objects.filter(trace=trace).order_by("seq").values_list("seq", flat=True)
-    )
-    assert event_seqs == seqs
+    assert [event["seq"] for event in replay(trace, limit=total)] == seqs
     trace.refresh_from_db()
     root.refresh_from_db()
     assert trace.total_steps == total
@@ -376,7 +378,47 @@ def test_events_are_broadcast_only_once_the_callers_transaction_commits(user, mo
         fail_after_the_steps()
     assert len(sent) == 1
     assert Step.objects.filter(trace=trace).count() == 1
-    assert TraceEvent.objects.filter(trace=trace).count() == 1
+    assert [event["seq"] for event in replay(trace)] == [1]
+
+
+def test_a_replay_reads_each_steps_step_added_from_the_step_between_the_logged_events(user):
+    store = orm_store()
+    trace = make_trace(user)
+    root = step("goal")
+    store.add_steps_sync(trace.id, [root, step("thought", parent=root, tokens=2)])  # 1, 2
+    store.update_step_sync(trace.id, root.id, {"name": "renamed"})  # 3
+    store.add_steps_sync(trace.id, [step("action", parent=root, tokens=5)])  # 4
+    store.complete_trace_sync(trace.id)  # 5
+    # Feedback on the finished trace, and a late step: no event, as when they came.
+    store.add_feedback_sync(trace.id, step("feedback", parent=root))  # seq 6
+    store.open_or_add_sync(Trace(id=trace.id), [step("action", parent=root)])  # seq 7
+
+    everything = replay(trace)
+    assert [(e["event"], e["seq"]) for e in everything] == [
+        ("step_added", 1),
+        ("step_added", 2),
+        ("step_updated", 3),
+        ("step_added", 4),
+        ("trace_completed", 5),
+    ]
+    first = everything[0]
+    assert first["step"]["step_id"] == str(root.id)
+    assert first["step"]["name"] == "renamed"  # the step as it stands
+    assert first["totals"]["total_tokens"] == 7
+    # Pages: by count and up to a seq, each source cut at the same place.
+    page = selectors.trace_events_after(trace_id=trace.id, after_seq=1, limit=2)
+    assert [e["seq"] for e in page] == [2, 3]
+    page = selectors.trace_events_after(trace_id=trace.id, after_seq=2, up_to=4)
+    assert [e["seq"] for e in page] == [3, 4]
+    assert selectors.trace_events_after(trace_id=trace.id, after_seq=5) == []
+    assert selectors.trace_events_after(trace_id=uuid.uuid4(), after_seq=0) == []
+
+
+def test_a_running_traces_replay_reaches_its_newest_step(user):
+    trace = make_trace(user)
+    add(trace, step("goal"), step("thought"))
+    assert [e["seq"] for e in replay(trace)] == [1, 2]
+    assert [e["seq"] for e in selectors.trace_events_after(trace_id=trace.id, after_seq=1)] == [2]
 
 
 @pytest.mark.django_db(transaction=True)
@@ -391,7 +433,8 @@ def test_a_failing_broadcast_is_logged_and_the_write_stands(user, monkeypatch):
     added = store.add_steps_sync(trace.id, [step("goal")])
 
     assert added.created == 1
-    assert TraceEvent.objects.filter(trace=trace).count() == 1
+    # Its watchers catch up from the record.
+    assert [(e["event"], e["seq"]) for e in replay(trace)] == [("step_added", 1)]
 
 
 def test_a_rejected_write_leaves_the_callers_transaction_usable(user):
@@ -476,10 +519,11 @@ def test_a_batch_is_written_in_the_same_queries_whatever_its_size(user, django_a
     store.add_steps_sync(trace.id, [root])
 
     # BEGIN, the lock, the lookup of re-sent ids and parents, the trace's counters, the
-    # ancestors' rollups, one INSERT of the steps, one of their events, COMMIT
-    with django_assert_num_queries(8):
+    # ancestors' rollups, one INSERT of the steps (their step_added events are not stored),
+    # COMMIT
+    with django_assert_num_queries(7):
         store.add_steps_sync(trace.id, [step("thought", parent=root)])
-    with django_assert_num_queries(8):
+    with django_assert_num_queries(7):
         store.add_steps_sync(trace.id, [step("thought", parent=root) for _ in range(500)])
 
     root_row = Step.objects.get(pk=root.id)
