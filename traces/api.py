@@ -252,8 +252,6 @@ async def trace_events(
 ) -> dict[str, Any]:
     """The event log after ``after_seq``, oldest first, as the websocket sends it."""
     trace = await _visible_trace(request, trace_id)
-    events = await sync_to_async(selectors.trace_events_after)(
-        trace_id=trace_id, after_seq=query.after_seq, limit=query.limit
+    return await sync_to_async(selectors.trace_event_page)(
+        trace=trace, after_seq=query.after_seq, limit=query.limit
     )
-    last = events[-1]["seq"] if events else query.after_seq
-    return {"events": events, "last_seq": trace.last_seq, "has_more": last < trace.last_seq}

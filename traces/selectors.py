@@ -196,6 +196,19 @@ def trace_events_after(
     return sorted([*added, *logged], key=lambda event: event["seq"])[:limit]
 
 
+def trace_event_page(*, trace: Trace, after_seq: int, limit: int) -> dict[str, Any]:
+    """A page of ``trace``'s events after ``after_seq`` for the API: ``events``, the trace's
+    ``last_seq`` and ``has_more``. A running trace has more up to its ``last_seq``; a finished
+    one up to its ``trace_completed``, its last event (steps added after it, late spans or
+    feedback, take seqs but announce nothing)."""
+    events = trace_events_after(trace_id=trace.id, after_seq=after_seq, limit=limit)
+    if trace.is_running:
+        has_more = (events[-1]["seq"] if events else after_seq) < trace.last_seq
+    else:
+        has_more = bool(events) and events[-1]["event"] != "trace_completed"
+    return {"events": events, "last_seq": trace.last_seq, "has_more": has_more}
+
+
 # --- steps --------------------------------------------------------------------------------------
 
 

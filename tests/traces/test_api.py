@@ -9,6 +9,7 @@ import pytest
 from tests.conftest import token_client
 from tests.traces.factories import add, build_tree, make_trace, step
 from traces.models import Step, TraceEvent
+from traces.store import get_trace_store
 
 pytestmark = pytest.mark.django_db
 
@@ -407,6 +408,26 @@ def test_events_after_seq(api, user):
     paged = api.get(f"/api/traces/{trace.id}/events?after_seq=0&limit=2").json()
     assert [e["seq"] for e in paged["events"]] == [1, 2]
     assert paged["has_more"] is True
+
+
+def test_a_finished_traces_events_end_at_trace_completed_after_late_steps(api, user):
+    trace = make_trace(user)
+    root = add(trace, step("goal"))[0]
+    post(api, f"/api/traces/{trace.id}/complete", {})  # seq 2
+    store = get_trace_store()
+    store.add_feedback_sync(trace.id, step("feedback", parent=root))  # seq 3: no event
+
+    def page(after_seq: int, limit: int = 100) -> dict:
+        url = f"/api/traces/{trace.id}/events?after_seq={after_seq}&limit={limit}"
+        return api.get(url).json()
+
+    assert [e["seq"] for e in page(0, limit=1)["events"]] == [1]
+    assert page(0, limit=1)["has_more"] is True
+    everything = page(0)
+    assert [e["event"] for e in everything["events"]] == ["step_added", "trace_completed"]
+    assert (everything["last_seq"], everything["has_more"]) == (3, False)
+    # A client that pages on from the end is told there is nothing more.
+    assert page(2) == {"events": [], "last_seq": 3, "has_more": False}
 
 
 # --- query counts -------------------------------------------------------------------------------
