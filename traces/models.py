@@ -218,7 +218,8 @@ class Step(models.Model):
 
 
 class TraceEvent(models.Model):
-    """The per-trace event log: what the watch websocket sends, replayable by ``seq``."""
+    """The per-trace event log: what the watch websocket sends, replayable by ``seq``, except
+    each step's ``step_added``, whose record is the step (``selectors.trace_events_after``)."""
 
     trace = models.ForeignKey(Trace, on_delete=models.CASCADE, related_name="events")
     seq = models.PositiveBigIntegerField()

@@ -169,17 +169,38 @@ def trace_events_after(
     *, trace_id: uuid.UUID, after_seq: int, limit: int = 1000, up_to: int | None = None
 ) -> list[dict[str, Any]]:
     """The trace's events with ``after_seq < seq <= up_to``, oldest first, at most ``limit``,
-    as the websocket sends them (three queries). The ``step_added`` events are the steps
-    themselves (the store does not log them), with the trace's totals as they stand now;
-    steps added after the trace's ``trace_completed`` (late spans, feedback) announce
-    nothing, as when they were added.
+    as the websocket sends them (three queries: the trace, then ``_events_after``'s two); none
+    for a trace that does not exist."""
+    trace = Trace.objects.filter(pk=trace_id).first()
+    if trace is None:
+        return []
+    return _events_after(trace, after_seq=after_seq, limit=limit, up_to=up_to)
+
+
+def trace_event_page(*, trace: Trace, after_seq: int, limit: int) -> dict[str, Any]:
+    """A page of ``trace``'s events after ``after_seq`` for the API: ``events``, the trace's
+    ``last_seq`` and ``has_more``. A running trace has more up to its ``last_seq``; a finished
+    one up to its ``trace_completed``, its last event (steps added after it, late spans or
+    feedback, take seqs but announce nothing). Two queries."""
+    events = _events_after(trace, after_seq=after_seq, limit=limit)
+    if trace.is_running:
+        has_more = (events[-1]["seq"] if events else after_seq) < trace.last_seq
+    else:
+        has_more = bool(events) and events[-1]["event"] != "trace_completed"
+    return {"events": events, "last_seq": trace.last_seq, "has_more": has_more}
+
+
+def _events_after(
+    trace: Trace, *, after_seq: int, limit: int, up_to: int | None = None
+) -> list[dict[str, Any]]:
+    """``trace``'s events after ``after_seq`` (to ``up_to``), at most ``limit``: the logged
+    ones and the ``step_added`` of each step (the store does not log them: the step is its
+    record), with ``trace``'s totals. Steps added after the trace's ``trace_completed`` (late
+    spans, feedback) announce nothing, as when they were added.
 
     The logged events are read before the steps: a write that commits between the two reads
     is then seen by its steps alone, whose seqs come before its events', so the page has no
     gap (the follower goes on from its last seq)."""
-    trace = Trace.objects.filter(pk=trace_id).first()
-    if trace is None:
-        return []
     events = TraceEvent.objects.filter(trace=trace, seq__gt=after_seq).order_by("seq")
     completed = TraceEvent.objects.filter(trace=trace, event="trace_completed").values("seq")
     steps = Step.objects.for_trace(trace).filter(
@@ -194,19 +215,6 @@ def trace_events_after(
         for row in step_values(steps.in_order()[:limit])
     ]
     return sorted([*added, *logged], key=lambda event: event["seq"])[:limit]
-
-
-def trace_event_page(*, trace: Trace, after_seq: int, limit: int) -> dict[str, Any]:
-    """A page of ``trace``'s events after ``after_seq`` for the API: ``events``, the trace's
-    ``last_seq`` and ``has_more``. A running trace has more up to its ``last_seq``; a finished
-    one up to its ``trace_completed``, its last event (steps added after it, late spans or
-    feedback, take seqs but announce nothing)."""
-    events = trace_events_after(trace_id=trace.id, after_seq=after_seq, limit=limit)
-    if trace.is_running:
-        has_more = (events[-1]["seq"] if events else after_seq) < trace.last_seq
-    else:
-        has_more = bool(events) and events[-1]["event"] != "trace_completed"
-    return {"events": events, "last_seq": trace.last_seq, "has_more": has_more}
 
 
 # --- steps --------------------------------------------------------------------------------------

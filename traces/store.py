@@ -345,12 +345,12 @@ class _Write:
 
     Everything is worked out in memory first (seq, depth, path, the rollups of new steps, the
     deltas of stored ones, the trace's counters, the events); ``save`` then stores it: one
-    ``bulk_create`` for the new steps and one for the events, a relative ``F()`` update of the
-    rollups of stored steps per distinct delta, a ``bulk_update`` of changed stored steps and
-    the trace's row. The broadcast goes out after commit, with a ``step_added`` event for
-    each new step (not stored: the step is its record. Storing a copy doubled the rows a batch
-    writes: ``benchmarks/otlp_ingest.py``'s 10,000 spans took 8.2-9.4 s to store in-process
-    with it, 5.1-5.9 s without)."""
+    ``bulk_create`` for the new steps and one for the logged events (moves, updates, the
+    end), a relative ``F()`` update of the rollups of stored steps per distinct delta, a
+    ``bulk_update`` of changed stored steps and the trace's row. The broadcast goes out after
+    commit, with a ``step_added`` event for each new step (not stored: the step is its record.
+    Storing a copy doubled the rows a batch writes: ``benchmarks/otlp_ingest.py``'s 10,000
+    spans took 8.2-9.4 s to store in-process with it, 5.1-5.9 s without)."""
 
     def __init__(self, trace: Trace) -> None:
         self.trace = trace

@@ -452,6 +452,20 @@ def test_tree_endpoint_uses_constant_queries(user, size, django_assert_num_queri
         assert client.get(f"/api/traces/{trace.id}/tree?view=full").status_code == HTTPStatus.OK
 
 
+@pytest.mark.parametrize("size", [(1, 2), (3, 4)])
+def test_events_endpoint_uses_constant_queries(user, size, django_assert_num_queries):
+    trace = make_trace(user)
+    build_tree(trace, depth=size[0], fanout=size[1])
+    post(token_client(user), f"/api/traces/{trace.id}/complete", {})
+    client = token_client(user)
+    _warm(client)
+    # The token, the trace, its logged events, its steps (each its own step_added).
+    with django_assert_num_queries(4):
+        body = client.get(f"/api/traces/{trace.id}/events?after_seq=0").json()
+    assert body["events"][-1]["event"] == "trace_completed"
+    assert body["has_more"] is False
+
+
 @pytest.mark.parametrize("traces", [1, 8])
 def test_list_endpoint_uses_constant_queries(user, traces, django_assert_num_queries):
     for _ in range(traces):
