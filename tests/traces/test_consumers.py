@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from typing import Any
 
@@ -82,7 +83,7 @@ async def test_staff_can_watch_any_trace(user, staff_user):
     await communicator.disconnect()
 
 
-async def test_live_events_arrive_in_order(user):
+async def test_live_events_arrive_in_order(layer, user):
     store = orm_store()
     trace = await store.create_trace(user=user, task="live")
     communicator = watch(trace.id, await token_for(user))
@@ -111,7 +112,7 @@ async def test_live_events_arrive_in_order(user):
     await communicator.disconnect()
 
 
-async def test_after_seq_replays_the_missed_events_then_goes_live(user):
+async def test_after_seq_replays_the_missed_events_then_goes_live(layer, user):
     store = orm_store()
     trace = await store.create_trace(user=user, task="replay")
     await store.add_steps(trace.id, [step("goal"), step("goal"), step("goal")])
@@ -129,7 +130,7 @@ async def test_after_seq_replays_the_missed_events_then_goes_live(user):
     await communicator.disconnect()
 
 
-async def test_gaps_are_filled_from_the_log_and_duplicates_dropped(user):
+async def test_gaps_are_filled_from_the_log_and_duplicates_dropped(layer, user):
     """Writers can race, so a broadcast may arrive before an earlier committed event's."""
     store = orm_store()
     trace = await store.create_trace(user=user, task="race")
@@ -152,6 +153,36 @@ async def test_gaps_are_filled_from_the_log_and_duplicates_dropped(user):
     late = (await sync_to_async(trace_events_after)(trace_id=trace.id, after_seq=1, limit=1))[0]
     await broadcast(group_name(trace.id), {"type": "trace.event", "event": late})
     assert await communicator.receive_nothing()
+    await communicator.disconnect()
+
+
+async def test_steps_whose_broadcast_was_lost_arrive_after_a_quiet_period(layer, user, settings):
+    """Nothing else happens after them: the follower reads the record when the trace has
+    been quiet for a heartbeat, and each step comes as its step_added."""
+    settings.SSE_HEARTBEAT_S = 1.0
+    store = orm_store()
+    trace = await store.create_trace(user=user, task="quiet")
+    communicator = watch(trace.id, await token_for(user))
+    await connected(communicator)
+    root = step("goal")
+    await store.add_step(trace.id, root)
+    heard = await communicator.receive_json_from(timeout=10)  # the follower is live
+    assert (heard["event"], heard["seq"]) == ("step_added", 1)
+
+    async def lost(group: str, message: dict[str, Any]) -> None:
+        pass
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("devassist.follow.broadcast", lost)
+        await store.add_steps(
+            trace.id, [step("thought", parent=root, name="unheard"), step("action", parent=root)]
+        )
+    started = time.monotonic()
+    received = [await communicator.receive_json_from(timeout=10) for _ in range(2)]
+    assert time.monotonic() - started >= 0.5  # read on the quiet period, not heard
+    assert [(e["event"], e["seq"]) for e in received] == [("step_added", 2), ("step_added", 3)]
+    assert received[0]["step"]["name"] == "unheard"
+    assert received[0]["totals"]["total_steps"] == 3
     await communicator.disconnect()
 
 
