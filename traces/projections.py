@@ -142,11 +142,9 @@ def step_dict(step: Step, *, full: bool = False) -> dict[str, Any]:
         subtree_cost_value=money(step.subtree_cost),
         description_head=step.description[: COMPACT_TEXT_CHARS + 1],
         error_head=step.error[: COMPACT_TEXT_CHARS + 1],
-        description=step.description,
-        error=step.error,
-        path=step.path,
-        data=step.data,
     )
+    if full:  # only then: a step loaded without its data (``defer``) is not read again
+        row.update(description=step.description, error=step.error, path=step.path, data=step.data)
     return step_from_values(row, full=full)
 
 

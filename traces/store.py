@@ -408,7 +408,10 @@ class _Write:
         query = Q(pk__in=wanted)
         if awaited:
             query |= Q(trace=self.trace, pending_parent_id__in=awaited)
-        rows = list(Step.objects.filter(query).order_by())
+        # Without the data: nothing here reads it, and spans sent children first leave many
+        # steps waiting, each with its whole input and output (512 LLM spans of 30 KB: 73 ms
+        # with the data, 17 ms without).
+        rows = list(Step.objects.filter(query).order_by().defer("data"))
         found = {row.id: row for row in rows if row.id in wanted}
         waiting = [
             row

@@ -24,6 +24,7 @@ from traces.exceptions import (
     TraceNotRunning,
 )
 from traces.models import Step, Trace, TraceEvent
+from traces.projections import step_dict
 from traces.store import OrmTraceStore, get_trace_store, group_name
 
 
@@ -528,6 +529,33 @@ def test_a_batch_is_written_in_the_same_queries_whatever_its_size(user, django_a
 
     root_row = Step.objects.get(pk=root.id)
     assert (root_row.children_count, root_row.subtree_steps) == (501, 502)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_look_up_leaves_the_data_of_stored_steps_where_it_is(user, django_assert_num_queries):
+    """Re-sent steps and steps waiting for a parent are looked up without their data: the
+    answer for re-sent steps needs none, and a move keeps the stored data whole."""
+    store = orm_store()
+    trace = make_trace(user)
+    root = step("goal", data={"input": "x" * 5000})
+    waiting = step("action", parent=uuid.uuid4(), out_of_order=True, data={"result": "y" * 5000})
+    store.add_steps_sync(trace.id, [root, waiting])
+
+    # BEGIN, the lock, the look-up, COMMIT: nothing is new, so nothing is written, and the
+    # projections of the stored steps read no data.
+    with django_assert_num_queries(4) as queries:
+        again = store.add_steps_sync(trace.id, [root, waiting])
+        shown = [step_dict(s) for s in again.steps]
+    assert not [q["sql"] for q in queries.captured_queries if '"traces_step"."data"' in q["sql"]]
+    assert again.created == 0
+    assert [s["step_id"] for s in shown] == [str(root.id), str(waiting.id)]
+    assert shown[0]["data_preview"].startswith('{"input":"xxx')
+
+    parent = step("thought", id=waiting.parent_id, parent=root, out_of_order=True)
+    store.add_steps_sync(trace.id, [parent])
+    moved = Step.objects.get(pk=waiting.id)
+    assert (moved.parent_id, moved.depth) == (parent.id, 2)
+    assert moved.data == {"result": "y" * 5000}
 
 
 @pytest.mark.django_db(transaction=True)
