@@ -4,6 +4,7 @@ daphne exactly as `make run` does. The only tests that use SQLite."""
 from __future__ import annotations
 
 import re
+import uuid
 from collections.abc import Iterator
 from http import HTTPStatus
 from pathlib import Path
@@ -103,3 +104,68 @@ def test_embedded_default_serves_the_trace_api_on_sqlite(
     assert root["started_at"] == single["started_at"]
     assert node["children"][0]["parent_id"] == root_id
     assert node["total_children"] == 1
+
+
+def _otlp_span(trace_id: str, span_id: str, parent: str, name: str, start: int) -> dict:
+    return {
+        "traceId": trace_id,
+        "spanId": span_id,
+        "parentSpanId": parent,
+        "name": name,
+        "startTimeUnixNano": str(start),
+        "endTimeUnixNano": str(start + 1_000_000),
+        "attributes": [{"key": "openinference.span.kind", "value": {"stringValue": "CHAIN"}}],
+    }
+
+
+def test_embedded_default_takes_otlp_spans_sent_children_first(
+    embedded_server: tuple[str, Path, str],
+) -> None:
+    """An OTel agent pointed at `make run`: spans arrive children first, one request each, and
+    every waiting subtree moves under its parent with SQLite's forms of the path writes."""
+    base_url, var_dir, _ = embedded_server
+    env = {"DEVASSIST_VAR_DIR": str(var_dir), "DEBUG": "1", "LOG_LEVEL": "WARNING"}
+    token = manage(env, "create_api_token", "demo").strip()
+    trace_id = "5b8efff798038103d269b633813fc60c"
+    ids = {name: f"{index + 1:016x}" for index, name in enumerate(["agent", "llm", "tool", "sub"])}
+    parents = {"agent": "", "llm": ids["agent"], "tool": ids["llm"], "sub": ids["tool"]}
+    start = 1_700_000_000_000_000_000
+    with httpx.Client(
+        base_url=base_url, headers={"Authorization": f"Bearer {token}"}, timeout=10
+    ) as client:
+        for offset, name in enumerate(["sub", "tool", "llm", "agent"]):
+            body = {
+                "resourceSpans": [
+                    {
+                        "resource": {
+                            "attributes": [
+                                {"key": "service.name", "value": {"stringValue": "agent"}}
+                            ]
+                        },
+                        "scopeSpans": [
+                            {
+                                "spans": [
+                                    _otlp_span(
+                                        trace_id, ids[name], parents[name], name, start - offset
+                                    )
+                                ]
+                            }
+                        ],
+                    }
+                ]
+            }
+            response = client.post("/v1/traces", json=body)
+            assert response.status_code == HTTPStatus.OK, response.text
+            assert response.json() == {}
+        tree = client.get(f"/api/traces/{uuid.UUID(trace_id)}/tree").json()
+
+    assert tree["trace"]["status"] == "completed"
+    assert tree["trace"]["total_steps"] == 4
+    (node,) = tree["root_steps"]
+    chain = []
+    while True:
+        chain.append((node["name"], node["depth"], node["subtree_steps"], node["children_count"]))
+        if not node["children"]:
+            break
+        (node,) = node["children"]
+    assert chain == [("agent", 0, 4, 1), ("llm", 1, 3, 1), ("tool", 2, 2, 1), ("sub", 3, 1, 0)]
