@@ -360,9 +360,14 @@ def _set_root(entry: TraceSpans, span: Span, step: StepCreate) -> None:
         else TraceStatus.COMPLETED
     )
     entry.duration_ms = step.duration_ms
-    data = step.data
-    task = data.get("input") if isinstance(data.get("input"), str) else None
-    entry.task = (task or span.name)[:TASK_CHARS]
+    entry.task = (_as_text(step.data.get("input")) or span.name)[:TASK_CHARS]
+
+
+def _as_text(value: Any) -> str:
+    """A string as it is, structured JSON as its compact text, nothing as ""."""
+    if value is None or isinstance(value, str):
+        return value or ""
+    return orjson.dumps(value).decode()
 
 
 def _parents_first(spans: Mapping[bytes, tuple[Span, StepCreate, int]]) -> list[StepCreate]:
@@ -636,9 +641,12 @@ def cost_of(attributes: Mapping[str, Any]) -> Decimal:
 _INPUT_KEYS = ("input.value", "gen_ai.prompt", "traceloop.entity.input")
 _OUTPUT_KEYS = ("output.value", "gen_ai.completion", "traceloop.entity.output")
 _MODEL_KEYS = ("gen_ai.request.model", "gen_ai.response.model", "llm.model_name")
-_TOOL_NAME_KEYS = ("tool.name", "gen_ai.tool.name")
+_TOOL_NAME_KEYS = ("tool.name", "gen_ai.tool.name", "traceloop.entity.name")
 _TOOL_ARGUMENT_KEYS = ("tool.parameters", "gen_ai.tool.call.arguments")
 _TOOL_RESULT_KEYS = ("gen_ai.tool.call.result",)
+#: Attributes that always hold JSON text: OpenLLMetry writes a function's arguments
+#: (``{"args": [...], "kwargs": {...}}``) and its return value so.
+_JSON_TEXT_KEYS = frozenset({"traceloop.entity.input", "traceloop.entity.output"})
 _SPAN_KINDS = {
     Span.SPAN_KIND_INTERNAL: "internal",
     Span.SPAN_KIND_SERVER: "server",
@@ -651,15 +659,15 @@ _STATUS_CODES = {Status.STATUS_CODE_OK: "ok", Status.STATUS_CODE_ERROR: "error"}
 
 def _lift(attributes: dict[str, Any], keys: Iterable[str], mime_key: str | None = None) -> Any:
     """Take the first of ``keys`` out of ``attributes``; a JSON text whose ``mime_key`` says
-    ``application/json`` comes back parsed. None when none is there."""
+    ``application/json``, or one of ``_JSON_TEXT_KEYS``, comes back parsed (as it is when it
+    does not parse). None when none is there."""
     for key in keys:
         if key in attributes:
             value = attributes.pop(key)
-            if (
-                mime_key
-                and isinstance(value, str)
-                and attributes.get(mime_key) == "application/json"
-            ):
+            is_json = key in _JSON_TEXT_KEYS or (
+                mime_key is not None and attributes.get(mime_key) == "application/json"
+            )
+            if is_json and isinstance(value, str):
                 try:
                     return orjson.loads(value)
                 except orjson.JSONDecodeError:

@@ -113,6 +113,53 @@ def genai_agent(tracer: otel_trace.Tracer) -> None:
                 tool.set_status(Status(StatusCode.ERROR))
 
 
+def openllmetry_agent(tracer: otel_trace.Tracer) -> None:
+    """An agent instrumented by OpenLLMetry (Traceloop's decorators and instrumentations):
+    entity inputs and outputs as JSON text, tools named by ``traceloop.entity.name``."""
+    with tracer.start_as_current_span(
+        "answer.workflow",
+        attributes={
+            "traceloop.span.kind": "workflow",
+            "traceloop.entity.name": "answer",
+            "traceloop.entity.input": '{"args": ["Weather in Paris?"], "kwargs": {}}',
+            "traceloop.entity.output": '"Rainy, 14 C"',
+        },
+    ):
+        with tracer.start_as_current_span(
+            "plan.task",
+            attributes={"traceloop.span.kind": "task", "traceloop.entity.name": "plan"},
+        ):
+            with tracer.start_as_current_span(
+                "openai.chat",
+                kind=SpanKind.CLIENT,
+                attributes={
+                    "llm.request.type": "chat",
+                    "gen_ai.system": "openai",
+                    "gen_ai.request.model": "gpt-4o-mini",
+                    "gen_ai.usage.prompt_tokens": 20,
+                    "gen_ai.usage.completion_tokens": 7,
+                    "llm.usage.total_tokens": 27,
+                },
+            ):
+                pass
+            with tracer.start_as_current_span(
+                "openai.embeddings",
+                kind=SpanKind.CLIENT,
+                attributes={"llm.request.type": "embedding", "gen_ai.usage.prompt_tokens": 4},
+            ):
+                pass
+        with tracer.start_as_current_span(
+            "get_weather.tool",
+            attributes={
+                "traceloop.span.kind": "tool",
+                "traceloop.entity.name": "get_weather",
+                "traceloop.entity.input": '{"args": [], "kwargs": {"city": "Paris"}}',
+                "traceloop.entity.output": '{"sky": "rain", "celsius": 14}',
+            },
+        ):
+            pass
+
+
 def trace_of(spans: list[Any]) -> uuid.UUID:
     return uuid.UUID(int=spans[0].context.trace_id)
 
@@ -210,6 +257,41 @@ async def test_a_genai_trace_maps_operations_usage_cost_and_exceptions(user):
         Decimal("0.00210000"),
         1,
     )
+
+
+async def test_an_openllmetry_trace_maps_entities_tools_and_usage(user):
+    spans = sdk_spans(openllmetry_agent)
+    response = await post_otlp(json_body(spans), token=await token_for(user), content_type=JSON)
+    assert response.status_code == HTTPStatus.OK, response.content
+
+    trace, steps, tree = await stored(trace_of(spans))
+    assert trace.status == TraceStatus.COMPLETED
+    assert trace.task == '{"args":["Weather in Paris?"],"kwargs":{}}'
+    (root,) = tree
+    assert (root["name"], root["step_type"]) == ("answer.workflow", StepType.GOAL)
+    assert [(c["name"], c["step_type"]) for c in root["children"]] == [
+        ("plan.task", StepType.THOUGHT),
+        ("get_weather.tool", StepType.ACTION),
+    ]
+    plan = root["children"][0]
+    assert [(c["name"], c["step_type"]) for c in plan["children"]] == [
+        ("openai.chat", StepType.THOUGHT),
+        ("openai.embeddings", StepType.MEMORY_READ),
+    ]
+    workflow = steps["answer.workflow"]
+    assert workflow.data["input"] == {"args": ["Weather in Paris?"], "kwargs": {}}
+    assert workflow.data["output"] == "Rainy, 14 C"
+    chat = steps["openai.chat"]
+    assert chat.tokens == 27
+    assert chat.data["model"] == "gpt-4o-mini"
+    assert chat.data["usage"] == {"prompt_tokens": 20, "completion_tokens": 7, "total_tokens": 27}
+    assert steps["openai.embeddings"].tokens == 4
+    tool = steps["get_weather.tool"]
+    assert tool.data["tool_name"] == "get_weather"
+    assert tool.data["arguments"] == {"args": [], "kwargs": {"city": "Paris"}}
+    assert tool.data["result"] == {"sky": "rain", "celsius": 14}
+    assert "traceloop.entity.input" not in tool.data["attributes"]
+    assert (trace.total_tokens, root["subtree_tokens"]) == (31, 31)
 
 
 async def test_children_sent_before_their_parents_are_kept_then_attached(user):
