@@ -638,15 +638,28 @@ def cost_of(attributes: Mapping[str, Any]) -> Decimal:
 
 #: Attributes that move out of ``attributes`` to the top of the step's data (they are the
 #: biggest, and what a reader looks for first): input, then output.
-_INPUT_KEYS = ("input.value", "gen_ai.prompt", "traceloop.entity.input")
-_OUTPUT_KEYS = ("output.value", "gen_ai.completion", "traceloop.entity.output")
+_INPUT_KEYS = ("input.value", "gen_ai.input.messages", "gen_ai.prompt", "traceloop.entity.input")
+_OUTPUT_KEYS = (
+    "output.value",
+    "gen_ai.output.messages",
+    "gen_ai.completion",
+    "traceloop.entity.output",
+)
 _MODEL_KEYS = ("gen_ai.request.model", "gen_ai.response.model", "llm.model_name")
 _TOOL_NAME_KEYS = ("tool.name", "gen_ai.tool.name", "traceloop.entity.name")
 _TOOL_ARGUMENT_KEYS = ("tool.parameters", "gen_ai.tool.call.arguments")
 _TOOL_RESULT_KEYS = ("gen_ai.tool.call.result",)
-#: Attributes that always hold JSON text: OpenLLMetry writes a function's arguments
-#: (``{"args": [...], "kwargs": {...}}``) and its return value so.
-_JSON_TEXT_KEYS = frozenset({"traceloop.entity.input", "traceloop.entity.output"})
+#: Attributes that hold JSON when they hold text: OpenLLMetry writes a function's arguments
+#: (``{"args": [...], "kwargs": {...}}``) and its return value so, and the GenAI conventions'
+#: messages are structured (JSON text where an SDK records strings only).
+_JSON_TEXT_KEYS = frozenset(
+    {
+        "traceloop.entity.input",
+        "traceloop.entity.output",
+        "gen_ai.input.messages",
+        "gen_ai.output.messages",
+    }
+)
 _SPAN_KINDS = {
     Span.SPAN_KIND_INTERNAL: "internal",
     Span.SPAN_KIND_SERVER: "server",

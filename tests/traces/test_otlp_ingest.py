@@ -99,6 +99,18 @@ def genai_agent(tracer: otel_trace.Tracer) -> None:
                 "gen_ai.usage.input_tokens": 30,
                 "gen_ai.usage.output_tokens": 12,
                 "gen_ai.usage.cost": 0.0021,
+                "gen_ai.input.messages": json.dumps(
+                    [{"role": "user", "parts": [{"type": "text", "content": "Paris?"}]}]
+                ),
+                "gen_ai.output.messages": json.dumps(
+                    [
+                        {
+                            "role": "assistant",
+                            "parts": [{"type": "text", "content": "Rain."}],
+                            "finish_reason": "stop",
+                        }
+                    ]
+                ),
             },
         ) as chat:
             chat.add_event("gen_ai.content.prompt", {"gen_ai.prompt": "Weather in Paris?"})
@@ -247,6 +259,9 @@ async def test_a_genai_trace_maps_operations_usage_cost_and_exceptions(user):
     assert chat.cost == Decimal("0.00210000")
     assert chat.data["model"] == "gpt-4o"
     assert chat.data["events"][0]["attributes"] == {"gen_ai.prompt": "Weather in Paris?"}
+    assert chat.data["input"][0]["parts"][0]["content"] == "Paris?"
+    assert chat.data["output"][0]["finish_reason"] == "stop"
+    assert "gen_ai.input.messages" not in chat.data["attributes"]
     tool = steps["execute_tool get_weather"]
     assert tool.step_type == StepType.ACTION
     assert tool.data["tool_name"] == "get_weather"
