@@ -1,12 +1,12 @@
 """OpenTelemetry export: every finished run, as a trace after the OTel GenAI semantic
-conventions, to any OTLP/HTTP backend (an OTel Collector, Jaeger, Tempo, Phoenix, Langfuse).
+conventions, to any OTLP backend (an OTel Collector, Jaeger, Tempo, Phoenix, Langfuse).
 
 On when ``OTEL_EXPORTER_OTLP_ENDPOINT`` (or ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``) is set,
-unless ``OTEL_SDK_DISABLED`` is true or ``OTEL_EXPORTER_OTLP_PROTOCOL`` names another protocol
-than ``http/protobuf``. The SDK reads the other standard variables itself
-(``OTEL_EXPORTER_OTLP_HEADERS``, ``_TIMEOUT``, ``_COMPRESSION``, ``OTEL_BSP_*``,
-``OTEL_SERVICE_NAME``, ``OTEL_RESOURCE_ATTRIBUTES``). The only module that imports the OTel
-SDK's exporter.
+unless ``OTEL_SDK_DISABLED`` is true; over OTLP/HTTP with protobuf, or OTLP/gRPC when
+``OTEL_EXPORTER_OTLP_PROTOCOL`` (or ``OTEL_EXPORTER_OTLP_TRACES_PROTOCOL``) is ``grpc``. The
+SDK reads the other standard variables itself (``OTEL_EXPORTER_OTLP_HEADERS``, ``_TIMEOUT``,
+``_COMPRESSION``, ``_INSECURE``, ``OTEL_BSP_*``, ``OTEL_SERVICE_NAME``,
+``OTEL_RESOURCE_ATTRIBUTES``). The only module that imports the OTel SDK's exporters.
 
 The run's trace is its single record, so the export is derived from it once the run has
 finished (``otel_run_finished``, called by the recorder after the run's last write): its steps
@@ -34,7 +34,7 @@ from django.conf import settings
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event, ReadableSpan
-from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
@@ -60,22 +60,27 @@ class OtelConfig:
     endpoint: str
     capture_content: bool
     service_name: str
+    #: ``http/protobuf`` or ``grpc`` (``settings.OTLP_EXPORT_PROTOCOLS``).
+    protocol: str = "http/protobuf"
 
     @classmethod
     def current(cls) -> OtelConfig | None:
         """The export's configuration; None when it is off."""
         if settings.OTEL_SDK_DISABLED:
             return None
-        protocol = settings.OTEL_EXPORTER_OTLP_PROTOCOL.strip().lower()
-        if protocol not in ("", "http/protobuf"):
-            return None
+        protocol = settings.OTEL_EXPORTER_OTLP_PROTOCOL
         endpoint = settings.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT
         if not endpoint and settings.OTEL_EXPORTER_OTLP_ENDPOINT:
-            endpoint = settings.OTEL_EXPORTER_OTLP_ENDPOINT.rstrip("/") + "/v1/traces"
+            # OTLP/HTTP appends the signal's path to the base URL; gRPC names the service in
+            # the call, so its endpoint is the collector's address as it is.
+            endpoint = settings.OTEL_EXPORTER_OTLP_ENDPOINT
+            if protocol == "http/protobuf":
+                endpoint = endpoint.rstrip("/") + "/v1/traces"
         if not endpoint:
             return None
         capture = settings.OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT.strip().lower()
         return cls(
+            protocol=protocol,
             endpoint=endpoint,
             capture_content=capture in _CAPTURE_VALUES,
             service_name=os.environ.get("OTEL_SERVICE_NAME") or AGENT_NAME,
@@ -95,8 +100,9 @@ _pipeline_lock = threading.Lock()
 
 def _pipeline_for(config: OtelConfig) -> _Pipeline:
     """The processor and exporter for ``config`` (one per process; a new configuration shuts
-    the old one down). The SDK reads headers, timeout, compression and the processor's
-    batch and queue sizes from the standard variables."""
+    the old one down). The SDK reads headers, timeout, compression (and for gRPC whether the
+    channel is plain, from the endpoint's scheme or ``OTEL_EXPORTER_OTLP_INSECURE``) and the
+    processor's batch and queue sizes from the standard variables."""
     global _pipeline
     with _pipeline_lock:
         if _pipeline is not None and _pipeline.config == config:
@@ -104,7 +110,16 @@ def _pipeline_for(config: OtelConfig) -> _Pipeline:
         old, _pipeline = _pipeline, None
         if old is not None:
             old.processor.shutdown()
-        exporter = OTLPSpanExporter(endpoint=config.endpoint)
+        exporter: SpanExporter
+        if config.protocol == "grpc":
+            # Imported only for gRPC: grpcio takes about 0.2 s to import, at every start.
+            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
+                OTLPSpanExporter as GrpcSpanExporter,
+            )
+
+            exporter = GrpcSpanExporter(endpoint=config.endpoint)
+        else:
+            exporter = OTLPSpanExporter(endpoint=config.endpoint)
         _pipeline = _Pipeline(
             config=config,
             processor=BatchSpanProcessor(exporter),

@@ -1,20 +1,33 @@
-"""The OpenTelemetry export of runs, against a real OTLP/HTTP receiver in the test (an
-http.server decoding the requests with opentelemetry-proto): span names, parents and attributes
-after the GenAI conventions, content only when allowed, Langfuse's export beside it, and a
-collector that is down or hangs never failing or holding up a run."""
+"""The OpenTelemetry export of runs, against real OTLP receivers in the test (an http.server
+decoding the requests with opentelemetry-proto, and grpcio serving its ``TraceService``): span
+names, parents and attributes after the GenAI conventions over both protocols, content only
+when allowed, Langfuse's export beside it, a collector that is down or hangs never failing or
+holding up a run, and the protocol variables."""
 
 from __future__ import annotations
 
 import gzip
 import json
+import os
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+import grpc
 import pytest
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2_grpc import (
+    TraceServiceServicer,
+    add_TraceServiceServicer_to_server,
+)
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
 from agent.langfuse import langfuse_reset, langfuse_wait_for_exports
@@ -29,7 +42,21 @@ pytestmark = pytest.mark.django_db
 USAGE = {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}
 
 
-class OtlpReceiver:
+class _Received:
+    exports: list[ExportTraceServiceRequest]
+
+    def spans(self) -> list[tuple[Span, dict[str, Any]]]:
+        """Every span received, with its resource's attributes."""
+        return [
+            (span, attributes(resource_spans.resource))
+            for request in self.exports
+            for resource_spans in request.resource_spans
+            for scope_spans in resource_spans.scope_spans
+            for span in scope_spans.spans
+        ]
+
+
+class OtlpReceiver(_Received):
     """An OTLP/HTTP trace endpoint on 127.0.0.1 (``/v1/traces``) that decodes every request
     into ``exports``. With ``hold`` set, each request waits until it is released
     (``release``); ``arrived`` is set when one came in."""
@@ -79,15 +106,36 @@ class OtlpReceiver:
         self.server.server_close()
         self.thread.join()
 
-    def spans(self) -> list[tuple[Span, dict[str, Any]]]:
-        """Every span received, with its resource's attributes."""
-        return [
-            (span, attributes(resource_spans.resource))
-            for request in self.exports
-            for resource_spans in request.resource_spans
-            for scope_spans in resource_spans.scope_spans
-            for span in scope_spans.spans
-        ]
+
+class GrpcOtlpReceiver(_Received):
+    """An OTLP/gRPC trace service on 127.0.0.1 (grpcio serving opentelemetry-proto's
+    ``TraceService``, as a collector's port 4317 does) that keeps every request in
+    ``exports`` and its metadata in ``headers``."""
+
+    def __init__(self) -> None:
+        self.exports: list[ExportTraceServiceRequest] = []
+        self.headers: list[dict[str, str]] = []
+        receiver = self
+
+        class Service(TraceServiceServicer):
+            def Export(
+                self, request: ExportTraceServiceRequest, context: grpc.ServicerContext
+            ) -> ExportTraceServiceResponse:
+                receiver.exports.append(request)
+                receiver.headers.append(dict(context.invocation_metadata()))
+                return ExportTraceServiceResponse()
+
+        self.server = grpc.server(ThreadPoolExecutor(max_workers=2))
+        add_TraceServiceServicer_to_server(Service(), self.server)
+        port = self.server.add_insecure_port("127.0.0.1:0")
+        self.base_url = f"http://127.0.0.1:{port}"
+
+    def __enter__(self) -> GrpcOtlpReceiver:
+        self.server.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.stop(grace=None).wait(10)
 
 
 def attributes(item: Any) -> dict[str, Any]:
@@ -138,11 +186,28 @@ def agent_run(user: Any, scripted: Any, message: str = "What is 6*7?") -> AgentR
     return AgentRun.objects.get(pk=response.json()["run_id"])
 
 
-def test_a_run_is_exported_as_a_genai_trace(otel_on, scripted, user):
+@pytest.fixture(params=["http/protobuf", "grpc"])
+def collector(request: Any, settings: Any) -> Iterator[_Received]:
+    """A receiver of either protocol, with the export pointed at it over that protocol."""
+    receiver_class = GrpcOtlpReceiver if request.param == "grpc" else OtlpReceiver
+    with receiver_class() as receiver:
+        settings.OTEL_EXPORTER_OTLP_PROTOCOL = request.param
+        settings.OTEL_EXPORTER_OTLP_ENDPOINT = receiver.base_url
+        yield receiver
+
+
+def test_a_run_is_exported_as_a_genai_trace(collector, scripted, user, monkeypatch):
+    # The SDK reads the headers a backend's key goes in (URL-encoded, as the variable is).
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", "x-api-key=backend%20key")
     run = agent_run(user, scripted)
     assert otel_flush()
 
-    received = otel_on.spans()
+    assert collector.headers
+    for headers in collector.headers:
+        assert {name.lower(): value for name, value in headers.items()}["x-api-key"] == (
+            "backend key"
+        )
+    received = collector.spans()
     spans = {span.name: span for span, _ in received}
     assert sorted(spans) == [
         "chat fake-model",
@@ -234,8 +299,10 @@ def test_langfuse_and_otlp_exports_work_side_by_side(otel_on, scripted, superuse
     assert {span.trace_id for span, _ in otel_on.spans()} == {run.trace_id.bytes}
 
 
-def test_a_collector_that_is_down_fails_no_run(settings, scripted, user, monkeypatch):
+@pytest.mark.parametrize("protocol", ["http/protobuf", "grpc"])
+def test_a_collector_that_is_down_fails_no_run(settings, scripted, user, monkeypatch, protocol):
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "1")
+    settings.OTEL_EXPORTER_OTLP_PROTOCOL = protocol
     settings.OTEL_EXPORTER_OTLP_ENDPOINT = f"http://127.0.0.1:{free_port()}"  # nothing listens
     for _ in range(2):
         run = agent_run(user, scripted)
@@ -273,7 +340,52 @@ def test_the_export_is_off_without_an_endpoint_or_when_disabled(settings, receiv
     settings.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT = "http://collector:4318/custom"
     assert OtelConfig.current().endpoint == "http://collector:4318/custom"  # type: ignore[union-attr]
     settings.OTEL_EXPORTER_OTLP_PROTOCOL = "grpc"
-    assert OtelConfig.current() is None
-    settings.OTEL_EXPORTER_OTLP_PROTOCOL = "http/protobuf"
+    assert OtelConfig.current().endpoint == "http://collector:4318/custom"  # type: ignore[union-attr]
+    settings.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT = ""
+    # gRPC names the service in the call: the endpoint is the collector's address as it is.
+    settings.OTEL_EXPORTER_OTLP_ENDPOINT = "http://collector:4317"
+    config = OtelConfig.current()
+    assert config is not None
+    assert (config.protocol, config.endpoint) == ("grpc", "http://collector:4317")
     settings.OTEL_SDK_DISABLED = True
     assert OtelConfig.current() is None
+
+
+def _protocol_setting(**env: str) -> subprocess.CompletedProcess[str]:
+    """What the settings make of the protocol variables ``env``, in a process of their own."""
+    environ = {
+        name: value
+        for name, value in os.environ.items()
+        if not name.startswith("OTEL_EXPORTER_OTLP_")
+    }
+    return subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import django; django.setup(); from django.conf import settings; "
+            "print(settings.OTEL_EXPORTER_OTLP_PROTOCOL)",
+        ],
+        env={**environ, "DJANGO_SETTINGS_MODULE": "devassist.settings", **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_the_protocol_comes_from_the_standard_variables():
+    assert _protocol_setting().stdout.strip() == "http/protobuf"
+    assert _protocol_setting(OTEL_EXPORTER_OTLP_PROTOCOL="GRPC").stdout.strip() == "grpc"
+    # The traces' own variable comes first, as the specification has it.
+    both = _protocol_setting(
+        OTEL_EXPORTER_OTLP_PROTOCOL="grpc", OTEL_EXPORTER_OTLP_TRACES_PROTOCOL="http/protobuf"
+    )
+    assert both.stdout.strip() == "http/protobuf"
+    # The Python SDK has no OTLP/JSON exporter: the start stops, saying so, rather than
+    # leaving the export off without a word.
+    refused = _protocol_setting(OTEL_EXPORTER_OTLP_PROTOCOL="http/json")
+    assert refused.returncode != 0
+    assert (
+        "OTEL_EXPORTER_OTLP_PROTOCOL must be one of http/protobuf, grpc, got 'http/json'"
+        in refused.stderr
+    )
