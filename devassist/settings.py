@@ -357,19 +357,20 @@ LANGFUSE_PUBLIC_KEY = env_str("LANGFUSE_PUBLIC_KEY")
 LANGFUSE_SECRET_KEY = env_str("LANGFUSE_SECRET_KEY")
 LANGFUSE_BASE_URL = env_str("LANGFUSE_BASE_URL", "https://cloud.langfuse.com")
 
-#: The OTLP protocols the export speaks (the OTel SDK's exporters for Python).
-OTLP_EXPORT_PROTOCOLS = ("http/protobuf", "grpc")
 # OpenTelemetry export of every run (agent/otel.py, docs/opentelemetry.md): on when an OTLP
 # endpoint is set. The SDK reads the other standard OTEL_* variables (headers, timeout,
 # compression, OTEL_BSP_* batching, OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES) itself.
 OTEL_EXPORTER_OTLP_ENDPOINT = env_str("OTEL_EXPORTER_OTLP_ENDPOINT")
 OTEL_EXPORTER_OTLP_TRACES_ENDPOINT = env_str("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+OTLP_EXPORT_PROTOCOLS = ("http/protobuf", "grpc")  # the OTel SDK's exporters for Python
 # The protocol: http/protobuf (the default) or grpc; the traces' own variable comes first, as the
 # OTel specification has it. The Python SDK has no http/json exporter, so that value (or any
 # other) stops the start with its reason rather than leaving the export silently off.
 OTEL_EXPORTER_OTLP_PROTOCOL = env_choice(
-    "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
-    env_choice("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf", OTLP_EXPORT_PROTOCOLS),
+    "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"
+    if env_str("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+    else "OTEL_EXPORTER_OTLP_PROTOCOL",
+    "http/protobuf",
     OTLP_EXPORT_PROTOCOLS,
 )
 OTEL_SDK_DISABLED = env_bool("OTEL_SDK_DISABLED", default=False)

@@ -381,6 +381,11 @@ def test_the_protocol_comes_from_the_standard_variables():
         OTEL_EXPORTER_OTLP_PROTOCOL="grpc", OTEL_EXPORTER_OTLP_TRACES_PROTOCOL="http/protobuf"
     )
     assert both.stdout.strip() == "http/protobuf"
+    # ...and only it: the general one may then name a protocol for other signals.
+    traces_only = _protocol_setting(
+        OTEL_EXPORTER_OTLP_PROTOCOL="http/json", OTEL_EXPORTER_OTLP_TRACES_PROTOCOL="grpc"
+    )
+    assert traces_only.stdout.strip() == "grpc"
     # The Python SDK has no OTLP/JSON exporter: the start stops, saying so, rather than
     # leaving the export off without a word.
     refused = _protocol_setting(OTEL_EXPORTER_OTLP_PROTOCOL="http/json")
