@@ -256,13 +256,17 @@ class TraceSpans:
     before their children, siblings by start time), and what the trace takes from them."""
 
     trace_id: uuid.UUID
+    #: The service (``service.name``) of the trace's first spans in the request.
     service: str
     resource: dict[str, Any]
     steps: list[StepCreate] = field(default_factory=list)
-    #: Set when the batch holds the trace's root span (one without a parent).
+    #: Set when the batch holds the trace's root span (one without a parent), which names
+    #: the trace after its own service, as tracing UIs do (a trace of spans from several
+    #: services is its entry point's).
     complete: str | None = None
     duration_ms: int | None = None
     task: str | None = None
+    root_service: str | None = None
 
     @property
     def otel_trace_id(self) -> str:
@@ -328,7 +332,9 @@ def request_spans(
             scope = scope_spans.scope.name
             for span in scope_spans.spans:
                 try:
-                    step, start = _span_step(span, limits=limits, now_ns=now_ns, scope=scope)
+                    step, start = _span_step(
+                        span, limits=limits, now_ns=now_ns, scope=scope, service=service
+                    )
                 except _Refused as exc:
                     batch.reject(1, f"span {span.span_id.hex() or '(no id)'} {span.name!r}: {exc}")
                     continue
@@ -345,15 +351,16 @@ def request_spans(
                     continue
                 spans[trace_id][span.span_id] = (span, step, start)
                 if not span.parent_span_id:
-                    _set_root(entry, span, step)
+                    _set_root(entry, span, step, service)
     for trace_id, entry in batch.traces.items():
         entry.steps = _parents_first(spans[trace_id])
     return batch
 
 
-def _set_root(entry: TraceSpans, span: Span, step: StepCreate) -> None:
+def _set_root(entry: TraceSpans, span: Span, step: StepCreate, service: str) -> None:
     if not span.end_time_unix_nano:
         return
+    entry.root_service = service
     entry.complete = (
         TraceStatus.FAILED
         if span.status.code == Status.STATUS_CODE_ERROR
@@ -408,7 +415,9 @@ def _time(ns: int) -> datetime:
     return _EPOCH + timedelta(microseconds=ns // 1000)
 
 
-def _span_step(span: Span, *, limits: Limits, now_ns: int, scope: str) -> tuple[StepCreate, int]:
+def _span_step(
+    span: Span, *, limits: Limits, now_ns: int, scope: str, service: str
+) -> tuple[StepCreate, int]:
     """The step of ``span`` and its start (ns); ``_Refused`` for a span that breaks the
     protocol or the limits."""
     _check_id(span.trace_id, 16, "trace id")
@@ -453,7 +462,9 @@ def _span_step(span: Span, *, limits: Limits, now_ns: int, scope: str) -> tuple[
         status = StepStatus.RUNNING
     else:
         status = StepStatus.FAILED if failed else StepStatus.COMPLETED
-    data = _step_data(span, attributes, events, links, step_type=step_type, scope=scope)
+    data = _step_data(
+        span, attributes, events, links, step_type=step_type, scope=scope, service=service
+    )
     step = StepCreate(
         id=span_step_id(span.trace_id, span.span_id),
         parent_id=span_step_id(span.trace_id, span.parent_span_id) if span.parent_span_id else None,
@@ -697,6 +708,7 @@ def _step_data(
     *,
     step_type: str,
     scope: str,
+    service: str,
 ) -> dict[str, Any]:
     """The step's data: what a reader looks for first (the tool's name, arguments and
     result for an ``action``; the model, usage, input and output otherwise), then every
@@ -739,6 +751,8 @@ def _step_data(
     if links:
         data["links"] = links
     otel: dict[str, Any] = {
+        # Whose span it is: one trace may hold spans from several services.
+        "service": service,
         "trace_id": span.trace_id.hex(),
         "span_id": span.span_id.hex(),
         "kind": _SPAN_KINDS.get(span.kind, "unspecified"),

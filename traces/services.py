@@ -56,7 +56,8 @@ def _owned_otlp_trace(stored: Trace, *, user: Any) -> None:
 def otlp_spans_ingest(*, user: Any, batch: SpanBatch) -> IngestOutcome:
     """Store ``batch`` (a request's spans, decoded by ``traces.otlp``) for ``user``: each
     trace's spans in one store write (one ``bulk_create`` of its steps), a trace that does not
-    exist yet opened as ``user``'s, a trace whose root span came completed with it.
+    exist yet opened as ``user``'s, a trace whose root span came completed with it (and
+    named after the root's input and service).
 
     All in one transaction, the traces locked in id order (two requests never wait on each
     other in a circle). A trace the store refuses (another user's, one not recorded over
@@ -73,7 +74,7 @@ def otlp_spans_ingest(*, user: Any, batch: SpanBatch) -> IngestOutcome:
                 user=user,
                 mode=TraceMode.AGENT,
                 task=spans.task or "",
-                agent_type=spans.service,
+                agent_type=spans.root_service or spans.service,
                 metadata={
                     OTEL_METADATA_KEY: {
                         "trace_id": spans.otel_trace_id,
@@ -89,6 +90,7 @@ def otlp_spans_ingest(*, user: Any, batch: SpanBatch) -> IngestOutcome:
                     complete=spans.complete,
                     total_duration_ms=spans.duration_ms,
                     task=spans.task,
+                    agent_type=spans.root_service,
                 )
             except DomainError as exc:
                 batch.reject(len(spans.steps), f"trace {spans.otel_trace_id}: {exc.message}")

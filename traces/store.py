@@ -165,6 +165,7 @@ class TraceStore(Protocol):
         complete: str | None = None,
         total_duration_ms: int | None = None,
         task: str | None = None,
+        agent_type: str | None = None,
     ) -> AddedSteps: ...
 
     def complete_trace_sync(
@@ -886,6 +887,7 @@ class OrmTraceStore:
         complete: str | None = None,
         total_duration_ms: int | None = None,
         task: str | None = None,
+        agent_type: str | None = None,
     ) -> AddedSteps:
         """Add ``steps`` to the trace ``trace.id``, storing ``trace`` (a new, unsaved
         instance) first when there is none: for sources that name their traces themselves
@@ -893,13 +895,13 @@ class OrmTraceStore:
 
         An existing trace is locked and given to ``check``, which raises to refuse the write
         before anything is written (someone else's trace, say). ``complete`` (a final status)
-        ends a running trace as ``complete_trace`` does, and ``task`` replaces its task. A
-        trace that is no longer running still takes the steps (late arrivals; ``complete`` is
-        then ignored), without events: its ``trace_completed`` stays its last event, and its
-        pages show them. The size of the batch is the caller's to bound. Raises what
-        ``check`` raises, and ``InvalidParent``, ``StepIdConflict``, ``InvalidStep``,
-        ``CostOutOfRange``, ``InvalidInput`` (a status that is not final); a rejected write
-        writes nothing."""
+        ends a running trace as ``complete_trace`` does, and ``task`` and ``agent_type``
+        replace its task and agent type. A trace that is no longer running still takes the
+        steps (late arrivals; ``complete``, ``task`` and ``agent_type`` are then ignored),
+        without events: its ``trace_completed`` stays its last event, and its pages show them.
+        The size of the batch is the caller's to bound. Raises what ``check`` raises, and
+        ``InvalidParent``, ``StepIdConflict``, ``InvalidStep``, ``CostOutOfRange``,
+        ``InvalidInput`` (a status that is not final); a rejected write writes nothing."""
         if complete is not None:
             _check_final(complete)
         with transaction.atomic():
@@ -912,9 +914,10 @@ class OrmTraceStore:
             batch = write.add(steps)
             running = stored.is_running
             if running:
-                if task is not None and task != stored.task:
-                    stored.task = task
-                    write.extra_trace_fields.add("task")
+                for name, value in (("task", task), ("agent_type", agent_type)):
+                    if value is not None and value != getattr(stored, name):
+                        setattr(stored, name, value)
+                        write.extra_trace_fields.add(name)
                 if complete is not None:
                     write.complete(complete, total_duration_ms)
             write.save()

@@ -15,6 +15,10 @@ import pytest
 from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
 from opentelemetry import trace as otel_trace
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from devassist.asgi import application
@@ -332,6 +336,56 @@ async def test_children_sent_before_their_parents_are_kept_then_attached(user):
     assert top["subtree_tokens"] == 15
     assert top["subtree_error_count"] == 1
     assert all(c["depth"] == 1 for c in top["children"])
+
+
+async def test_a_trace_of_two_services_names_each_span_s_service_and_its_entry_point(user):
+    """A distributed trace: a web service's request span calls an agent service (the trace
+    context goes with the call). The agent's spans come first, in a request of their own;
+    the trace is named after the root's service once it arrives, and each step keeps its
+    span's service."""
+    web, agent = InMemorySpanExporter(), InMemorySpanExporter()
+    providers = []
+    for service, exporter in (("web", web), ("agent-worker", agent)):
+        provider = TracerProvider(
+            resource=Resource.create({"service.name": service}), shutdown_on_exit=False
+        )
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+        providers.append(provider)
+    web_tracer, agent_tracer = (p.get_tracer("app") for p in providers)
+    # The agent service continues the trace it was called with (the current context).
+    with (
+        web_tracer.start_as_current_span(
+            "POST /ask", kind=SpanKind.SERVER, attributes={"input.value": "Why is the build red?"}
+        ),
+        agent_tracer.start_as_current_span(
+            "agent", attributes={"openinference.span.kind": "AGENT"}
+        ),
+        agent_tracer.start_as_current_span(
+            "ChatCompletion", attributes={"openinference.span.kind": "LLM"}
+        ),
+    ):
+        pass
+    for provider in providers:
+        provider.shutdown()
+    token = await token_for(user)
+    agent_spans, web_spans = list(agent.get_finished_spans()), list(web.get_finished_spans())
+
+    assert (await post_otlp(protobuf_body(agent_spans), token=token)).status_code == 200
+    trace, steps, _ = await stored(trace_of(agent_spans))
+    assert (trace.status, trace.agent_type) == (TraceStatus.RUNNING, "agent-worker")
+
+    assert (await post_otlp(protobuf_body(web_spans), token=token)).status_code == 200
+    trace, steps, tree = await stored(trace_of(agent_spans))
+    assert (trace.status, trace.agent_type) == (TraceStatus.COMPLETED, "web")
+    assert trace.task == "Why is the build red?"
+    assert {name: step.data["otel_span"]["service"] for name, step in steps.items()} == {
+        "POST /ask": "web",
+        "agent": "agent-worker",
+        "ChatCompletion": "agent-worker",
+    }
+    (root,) = tree
+    assert root["name"] == "POST /ask"
+    assert root["subtree_steps"] == 3
 
 
 async def test_re_sent_spans_are_idempotent(user):
