@@ -25,9 +25,11 @@ import json
 import os
 import threading
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 import structlog
 from django.conf import settings
@@ -38,6 +40,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
+from agent.llm import get_llm
 from agent.models import AgentRun, RunStatus
 from agent.projections import step_times_ns
 from traces.models import Step, StepStatus, StepType
@@ -163,7 +166,13 @@ async def otel_run_finished(*, run: AgentRun) -> None:
     try:
         steps = [step async for step in Step.objects.filter(trace_id=run.trace_id).order_by("seq")]
         pipeline = _pipeline_for(config)
-        spans = run_spans(run, steps, resource=pipeline.resource, capture=config.capture_content)
+        spans = run_spans(
+            run,
+            steps,
+            resource=pipeline.resource,
+            capture=config.capture_content,
+            model=model_attributes(get_llm().describe()),
+        )
         for span in spans:
             pipeline.processor.on_end(span)
         logger.info("otel_run_queued", run_id=str(run.id), spans=len(spans))
@@ -187,16 +196,42 @@ def _text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
 
 
+def model_attributes(described: Mapping[str, Any]) -> dict[str, Any]:
+    """The GenAI conventions' attributes of the model provider that served the runs
+    (``LLMProvider.describe()``): ``gen_ai.provider.name``, and ``gen_ai.system``, its name
+    before the conventions' 1.37, which backends still read (DevAssist speaks the OpenAI
+    protocol: ``openai`` whatever server answers, as the conventions ask of an OpenAI client);
+    ``server.address`` and ``server.port`` of its endpoint."""
+    attributes: dict[str, Any] = {}
+    provider = str(described.get("provider") or "")
+    if provider:
+        attributes["gen_ai.provider.name"] = attributes["gen_ai.system"] = provider
+    url = urlsplit(str(described.get("base_url") or ""))
+    if url.hostname:
+        attributes["server.address"] = url.hostname
+        port = url.port or {"http": 80, "https": 443}.get(url.scheme)
+        if port:
+            attributes["server.port"] = port
+    return attributes
+
+
 def run_spans(
-    run: AgentRun, steps: list[Step], *, resource: Resource, capture: bool
+    run: AgentRun,
+    steps: list[Step],
+    *,
+    resource: Resource,
+    capture: bool,
+    model: Mapping[str, Any] | None = None,
 ) -> list[ReadableSpan]:
     """The spans of ``run`` from its trace's ``steps`` (in seq order): the run as an
     ``invoke_agent`` span (its goal step), each model call (``thought``) as a ``chat`` span
     and each tool call (``action``, with its ``result``) as an ``execute_tool`` span under
     it, memory lookups and writes as spans of their own; with ``capture``, the messages the
     trace records as events (prompt: the task, earlier replies and tool results; the system
-    prompt is not in the trace) and the tools' arguments and results as attributes."""
+    prompt is not in the trace) and the tools' arguments and results as attributes. ``model``:
+    the provider's attributes (``model_attributes``), on the model calls and the run's span."""
     assert run.trace_id is not None
+    model = model or {}
     trace_id = run.trace_id.int
     goal = next((s for s in steps if s.step_type == StepType.GOAL and s.parent_id is None), None)
     results = {s.parent_id: s for s in steps if s.step_type == StepType.RESULT}
@@ -237,11 +272,12 @@ def run_spans(
     for step in steps:
         if step.step_type == StepType.THOUGHT:
             data = step.data if isinstance(step.data, dict) else {}
-            model = data.get("model") or run.model
+            answered_by = data.get("model") or run.model
             attributes: dict[str, Any] = {
                 "gen_ai.operation.name": "chat",
-                "gen_ai.request.model": run.model or model,
-                "gen_ai.response.model": model,
+                **model,
+                "gen_ai.request.model": run.model or answered_by,
+                "gen_ai.response.model": answered_by,
             }
             usage = data.get("usage")
             if isinstance(usage, dict):
@@ -262,7 +298,7 @@ def run_spans(
             failed = step.status == StepStatus.FAILED
             spans.append(
                 span(
-                    f"chat {model}".strip(),
+                    f"chat {answered_by}".strip(),
                     step,
                     attributes,
                     kind=SpanKind.CLIENT,
@@ -304,7 +340,9 @@ def run_spans(
                 )
             )
     answer = next((s for s in reversed(steps) if s.step_type == StepType.RESPONSE), None)
-    spans.append(_agent_span(run, goal, answer, root_context, resource, capture=capture))
+    spans.append(
+        _agent_span(run, goal, answer, root_context, resource, capture=capture, model=model)
+    )
     return spans
 
 
@@ -316,6 +354,7 @@ def _agent_span(
     resource: Resource,
     *,
     capture: bool,
+    model: Mapping[str, Any],
 ) -> ReadableSpan:
     """The run's own span, ``invoke_agent devassist``, from its goal step (the run's times
     when it has none); with ``capture``, its task and its answer (``answer``, the run's last
@@ -328,6 +367,7 @@ def _agent_span(
     attributes: dict[str, Any] = {
         "gen_ai.operation.name": "invoke_agent",
         "gen_ai.agent.name": AGENT_NAME,
+        **model,
         "devassist.run_id": str(run.id),
         "devassist.trace_id": str(run.trace_id),
         "devassist.run.mode": run.mode,

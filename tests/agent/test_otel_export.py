@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import urlsplit
 
 import grpc
 import pytest
@@ -32,7 +33,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
 from agent.langfuse import langfuse_reset, langfuse_wait_for_exports
 from agent.models import AgentRun, RunStatus
-from agent.otel import otel_flush, otel_reset, span_id_of
+from agent.otel import model_attributes, otel_flush, otel_reset, span_id_of
 from tests.agent.test_langfuse import LangfuseReceiver
 from tests.conftest import token_client
 from tests.servers import free_port
@@ -227,6 +228,7 @@ def test_a_run_is_exported_as_a_genai_trace(collector, scripted, user, monkeypat
     root_values = attributes(root)
     assert root_values["gen_ai.operation.name"] == "invoke_agent"
     assert root_values["gen_ai.agent.name"] == "devassist"
+    assert root_values["gen_ai.provider.name"] == "openai"
     assert root_values["devassist.run_id"] == str(run.id)
     assert root_values["devassist.run.status"] == RunStatus.COMPLETED
     assert root.status.code != Status.STATUS_CODE_ERROR
@@ -239,6 +241,10 @@ def test_a_run_is_exported_as_a_genai_trace(collector, scripted, user, monkeypat
         values = attributes(chat)
         assert values["gen_ai.operation.name"] == "chat"
         assert values["gen_ai.request.model"] == "fake-model"
+        # The provider, as the conventions name an OpenAI-protocol client's, and its server.
+        assert values["gen_ai.provider.name"] == values["gen_ai.system"] == "openai"
+        server = urlsplit(scripted.base_url)
+        assert (values["server.address"], values["server.port"]) == (server.hostname, server.port)
         assert values["gen_ai.usage.input_tokens"] == 11
         assert values["gen_ai.usage.output_tokens"] == 7
         assert not chat.events  # content stays home unless allowed
@@ -371,6 +377,22 @@ def _protocol_setting(**env: str) -> subprocess.CompletedProcess[str]:
         timeout=60,
         check=False,
     )
+
+
+def test_the_model_provider_s_attributes():
+    assert model_attributes(
+        {"provider": "openai", "model": "m", "base_url": "https://api.example.com/v1"}
+    ) == {
+        "gen_ai.provider.name": "openai",
+        "gen_ai.system": "openai",
+        "server.address": "api.example.com",
+        "server.port": 443,
+    }
+    # The offline provider has no server.
+    assert model_attributes({"provider": "offline", "model": "offline"}) == {
+        "gen_ai.provider.name": "offline",
+        "gen_ai.system": "offline",
+    }
 
 
 def test_the_protocol_comes_from_the_standard_variables():
