@@ -1,12 +1,15 @@
 """The real OpenTelemetry SDK exporting to DevAssist under daphne: an agent instrumented with
 the SDK is pointed at DevAssist by the two standard variables (``OTEL_EXPORTER_OTLP_ENDPOINT``
 and ``OTEL_EXPORTER_OTLP_HEADERS``), through the SDK's ``BatchSpanProcessor`` and OTLP/HTTP
-exporter (protobuf, gzip); and OTLP/JSON posted by a plain HTTP client."""
+exporter (protobuf, gzip); OTLP/JSON posted by a plain HTTP client; and the parts of two traces
+sent at once over many connections, as a Collector's parallel exporters send them."""
 
 from __future__ import annotations
 
 import uuid
+from collections import Counter
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from http import HTTPStatus
 from typing import Any
 
@@ -17,9 +20,17 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.trace import Tracer
 
 from devassist.tokens import api_token_create
-from tests.traces.otlp_clients import JSON, json_body, partial_success, sdk_spans
+from tests.traces.otlp_clients import (
+    JSON,
+    PROTOBUF,
+    json_body,
+    partial_success,
+    protobuf_body,
+    sdk_spans,
+)
 from tests.traces.test_otlp_ingest import genai_agent, openinference_agent
 from traces.models import Step, StepType, Trace, TraceStatus
 from traces.selectors import trace_tree
@@ -103,3 +114,76 @@ def test_otlp_json_from_any_http_client(app_server, user):
     assert partial_success(response) == (0, "")
     trace = Trace.objects.get(pk=uuid.UUID(int=spans[0].context.trace_id))
     assert trace.total_steps == 3
+
+
+def nested_agent(tracer: Tracer) -> None:
+    """An agent of 1 + 4 * (1 + 3 * (1 + 4)) = 65 spans, 4 levels deep, each span named by its
+    place."""
+    with tracer.start_as_current_span("agent", attributes={"openinference.span.kind": "AGENT"}):
+        for a in range(4):
+            with tracer.start_as_current_span(f"sub-{a}"):
+                for t in range(3):
+                    with tracer.start_as_current_span(
+                        f"tool-{a}.{t}", attributes={"openinference.span.kind": "TOOL"}
+                    ):
+                        for c in range(4):
+                            with tracer.start_as_current_span(
+                                f"llm-{a}.{t}.{c}", attributes={"openinference.span.kind": "LLM"}
+                            ):
+                                pass
+
+
+def test_parts_of_two_traces_sent_at_once_over_many_connections(app_server, user):
+    """Six requests at once, each with a part of both traces (one in the order the spans
+    ended, the other reversed): the traces are opened once, nothing deadlocks, and each
+    ends as the one tree it was, with its rollups, whatever request came first."""
+    _, token = api_token_create(user=user, name="parallel")
+    first, second = sdk_spans(nested_agent), sdk_spans(nested_agent)
+    parts = 6
+
+    def part(spans: list[Any], index: int) -> list[Any]:
+        return spans[index::parts]
+
+    bodies = [protobuf_body([*part(first, i), *part(second[::-1], i)]) for i in range(parts)]
+
+    def post(body: bytes) -> httpx.Response:
+        return httpx.post(
+            f"{app_server}/v1/traces",
+            content=body,
+            headers={"Content-Type": PROTOBUF, "x-api-key": token},
+            timeout=60,
+        )
+
+    with ThreadPoolExecutor(max_workers=parts) as pool:
+        responses = list(pool.map(post, bodies))
+    assert [r.status_code for r in responses] == [HTTPStatus.OK] * parts
+    assert all(partial_success(r) == (0, "") for r in responses)
+
+    for spans in (first, second):
+        trace = Trace.objects.get(pk=uuid.UUID(int=spans[0].context.trace_id))
+        assert (trace.status, trace.total_steps, trace.root_count) == (
+            TraceStatus.COMPLETED,
+            65,
+            1,
+        )
+        names = {span.context.span_id: span.name for span in spans}
+        expected = {
+            span.name: names.get(span.parent.span_id) if span.parent else None for span in spans
+        }
+        (root,) = trace_tree(trace=trace)
+        seen: Counter[str] = Counter()
+
+        def check(node: dict[str, Any], parent: str | None, depth: int) -> int:
+            seen[node["name"]] += 1
+            assert expected[node["name"]] == parent
+            assert node["depth"] == depth
+            size = 1 + sum(check(child, node["name"], depth + 1) for child in node["children"])
+            assert (node["subtree_steps"], node["children_count"]) == (
+                size,
+                len(node["children"]),
+            )
+            return size
+
+        assert check(root, None, 0) == 65
+        assert set(seen.values()) == {1}
+        assert not Step.objects.filter(trace=trace, pending_parent_id__isnull=False).exists()
