@@ -133,6 +133,27 @@ def nested_agent(tracer: Tracer) -> None:
                                 pass
 
 
+def checked_size(
+    node: dict[str, Any],
+    parents: dict[str, str | None],
+    seen: Counter[str],
+    *,
+    parent: str | None,
+    depth: int,
+) -> int:
+    """The size of ``node``'s subtree, having checked every node of it against ``parents``
+    (span name → its parent's): its place, depth, rollup of steps and count of children."""
+    seen[node["name"]] += 1
+    assert parents[node["name"]] == parent
+    assert node["depth"] == depth
+    size = 1 + sum(
+        checked_size(child, parents, seen, parent=node["name"], depth=depth + 1)
+        for child in node["children"]
+    )
+    assert (node["subtree_steps"], node["children_count"]) == (size, len(node["children"]))
+    return size
+
+
 def test_parts_of_two_traces_sent_at_once_over_many_connections(app_server, user):
     """Six requests at once, each with a part of both traces (one in the order the spans
     ended, the other reversed): the traces are opened once, nothing deadlocks, and each
@@ -167,23 +188,9 @@ def test_parts_of_two_traces_sent_at_once_over_many_connections(app_server, user
             1,
         )
         names = {span.context.span_id: span.name for span in spans}
-        expected = {
-            span.name: names.get(span.parent.span_id) if span.parent else None for span in spans
-        }
+        parents = {span.name: names[span.parent.span_id] if span.parent else None for span in spans}
         (root,) = trace_tree(trace=trace)
         seen: Counter[str] = Counter()
-
-        def check(node: dict[str, Any], parent: str | None, depth: int) -> int:
-            seen[node["name"]] += 1
-            assert expected[node["name"]] == parent
-            assert node["depth"] == depth
-            size = 1 + sum(check(child, node["name"], depth + 1) for child in node["children"])
-            assert (node["subtree_steps"], node["children_count"]) == (
-                size,
-                len(node["children"]),
-            )
-            return size
-
-        assert check(root, None, 0) == 65
+        assert checked_size(root, parents, seen, parent=None, depth=0) == 65
         assert set(seen.values()) == {1}
         assert not Step.objects.filter(trace=trace, pending_parent_id__isnull=False).exists()
