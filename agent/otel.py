@@ -50,10 +50,36 @@ logger = structlog.get_logger(__name__)
 #: The instrumentation scope of the exported spans.
 SCOPE = InstrumentationScope("devassist.agent", "1")
 AGENT_NAME = "devassist"
-#: Values of OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT that let content out (the
-#: older boolean and the newer modes).
-_CAPTURE_VALUES = frozenset({"true", "1", "yes", "span_only", "event_only", "span_and_event"})
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
+
+
+@dataclass(frozen=True)
+class Capture:
+    """Which content leaves, by ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT``: the
+    messages as span attributes (``gen_ai.input.messages``, ``gen_ai.output.messages``: the
+    conventions' current form, which Phoenix and other newer backends read), as events
+    (``gen_ai.content.prompt``, ``gen_ai.content.completion``: their earlier form), or both;
+    the tools' arguments and results go with either."""
+
+    attributes: bool = False
+    events: bool = False
+
+    @classmethod
+    def of(cls, value: str) -> Capture:
+        """``span_only``, ``event_only``, ``span_and_event``, or the older boolean (``true``:
+        both forms, for backends of either age); anything else: nothing."""
+        mode = value.strip().lower()
+        if mode == "span_only":
+            return cls(attributes=True)
+        if mode == "event_only":
+            return cls(events=True)
+        if mode in ("span_and_event", "true", "1", "yes"):
+            return cls(attributes=True, events=True)
+        return cls()
+
+    @property
+    def any(self) -> bool:
+        return self.attributes or self.events
 
 
 @dataclass(frozen=True)
@@ -61,7 +87,7 @@ class OtelConfig:
     """Where and how runs are exported, from the settings (tests change them)."""
 
     endpoint: str
-    capture_content: bool
+    capture: Capture
     service_name: str
     #: ``http/protobuf`` or ``grpc`` (``settings.OTLP_EXPORT_PROTOCOLS``).
     protocol: str = "http/protobuf"
@@ -81,11 +107,10 @@ class OtelConfig:
                 endpoint = endpoint.rstrip("/") + "/v1/traces"
         if not endpoint:
             return None
-        capture = settings.OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT.strip().lower()
         return cls(
             protocol=protocol,
             endpoint=endpoint,
-            capture_content=capture in _CAPTURE_VALUES,
+            capture=Capture.of(settings.OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT),
             service_name=os.environ.get("OTEL_SERVICE_NAME") or AGENT_NAME,
         )
 
@@ -170,7 +195,7 @@ async def otel_run_finished(*, run: AgentRun) -> None:
             run,
             steps,
             resource=pipeline.resource,
-            capture=config.capture_content,
+            capture=config.capture,
             model=model_attributes(get_llm().describe()),
         )
         for span in spans:
@@ -194,6 +219,53 @@ def span_id_of(step_id: uuid.UUID) -> int:
 
 def _text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+
+
+def _messages(transcript: list[dict[str, Any]], *, finish_reason: str | None = None) -> str:
+    """``transcript`` (``{"role", "content"}`` and the tools' ``{"role": "tool", "name",
+    "content"}``) in the form of ``gen_ai.input.messages``, or with ``finish_reason`` (which
+    an output message must carry) of ``gen_ai.output.messages``: each message's content as
+    parts, a tool's result as a ``tool_call_response``."""
+    messages = []
+    for message in transcript:
+        content = message.get("content")
+        shown: dict[str, Any] = {"role": message["role"]}
+        if message["role"] == "tool":
+            shown["name"] = message.get("name")
+            shown["parts"] = [{"type": "tool_call_response", "response": content}]
+        else:
+            text = _text(content if content is not None else "")
+            shown["parts"] = [{"type": "text", "content": text}]
+        if finish_reason is not None:
+            shown["finish_reason"] = finish_reason
+        messages.append(shown)
+    return _text(messages)
+
+
+def _content(
+    capture: Capture,
+    prompt: list[dict[str, Any]],
+    reply: list[dict[str, Any]] | None,
+    *,
+    start: int,
+    end: int,
+    finish_reason: str = "stop",
+) -> tuple[dict[str, Any], list[Event]]:
+    """The attributes and events that carry a call's ``prompt`` and ``reply`` (None: it has
+    none; it ended for ``finish_reason``), as ``capture`` allows."""
+    attributes: dict[str, Any] = {}
+    events: list[Event] = []
+    if capture.attributes:
+        attributes["gen_ai.input.messages"] = _messages(prompt)
+        if reply is not None:
+            attributes["gen_ai.output.messages"] = _messages(reply, finish_reason=finish_reason)
+    if capture.events:
+        events.append(Event("gen_ai.content.prompt", {"gen_ai.prompt": _text(prompt)}, start))
+        if reply is not None:
+            events.append(
+                Event("gen_ai.content.completion", {"gen_ai.completion": _text(reply)}, end)
+            )
+    return attributes, events
 
 
 def model_attributes(described: Mapping[str, Any]) -> dict[str, Any]:
@@ -220,15 +292,16 @@ def run_spans(
     steps: list[Step],
     *,
     resource: Resource,
-    capture: bool,
+    capture: Capture,
     model: Mapping[str, Any] | None = None,
 ) -> list[ReadableSpan]:
     """The spans of ``run`` from its trace's ``steps`` (in seq order): the run as an
     ``invoke_agent`` span (its goal step), each model call (``thought``) as a ``chat`` span
     and each tool call (``action``, with its ``result``) as an ``execute_tool`` span under
-    it, memory lookups and writes as spans of their own; with ``capture``, the messages the
-    trace records as events (prompt: the task, earlier replies and tool results; the system
-    prompt is not in the trace) and the tools' arguments and results as attributes. ``model``:
+    it, memory lookups and writes as spans of their own; as ``capture`` allows, the messages
+    the trace records (prompt: the task, earlier replies and tool results; the system prompt
+    is not in the trace) as attributes and/or events, and the tools' arguments and results as
+    attributes. ``model``:
     the provider's attributes (``model_attributes``), on the model calls and the run's span."""
     assert run.trace_id is not None
     model = model or {}
@@ -286,14 +359,16 @@ def run_spans(
             if data.get("finish_reason"):
                 attributes["gen_ai.response.finish_reasons"] = [str(data["finish_reason"])]
             output = data.get("output", "")
-            events = []
-            if capture:
-                start, end = step_times_ns(step)
-                reply = _text([{"role": "assistant", "content": output}])
-                events = [
-                    Event("gen_ai.content.prompt", {"gen_ai.prompt": _text(transcript)}, start),
-                    Event("gen_ai.content.completion", {"gen_ai.completion": reply}, end),
-                ]
+            start, end = step_times_ns(step)
+            content, events = _content(
+                capture,
+                transcript,
+                [{"role": "assistant", "content": output}],
+                start=start,
+                end=end,
+                finish_reason=str(data.get("finish_reason") or "stop"),
+            )
+            attributes.update(content)
             transcript.append({"role": "assistant", "content": output})
             failed = step.status == StepStatus.FAILED
             spans.append(
@@ -320,7 +395,7 @@ def run_spans(
             outcome = None
             if result is not None and isinstance(result.data, dict):
                 outcome = result.data.get("result")
-            if capture:
+            if capture.any:
                 attributes["gen_ai.tool.call.arguments"] = _text(data.get("arguments"))
                 if result is not None:
                     attributes["gen_ai.tool.call.result"] = _text(outcome)
@@ -353,12 +428,12 @@ def _agent_span(
     context: SpanContext,
     resource: Resource,
     *,
-    capture: bool,
+    capture: Capture,
     model: Mapping[str, Any],
 ) -> ReadableSpan:
     """The run's own span, ``invoke_agent devassist``, from its goal step (the run's times
-    when it has none); with ``capture``, its task and its answer (``answer``, the run's last
-    ``response`` step) as events."""
+    when it has none); as ``capture`` allows, its task and its answer (``answer``, the run's
+    last ``response`` step)."""
     if goal is not None:
         start, end = step_times_ns(goal)
     else:
@@ -377,14 +452,15 @@ def _agent_span(
         attributes["gen_ai.request.model"] = run.model
     if run.conversation_id:
         attributes["gen_ai.conversation.id"] = str(run.conversation_id)
-    events = []
-    if capture:
-        task = _text([{"role": "user", "content": run.input}])
-        events.append(Event("gen_ai.content.prompt", {"gen_ai.prompt": task}, start))
-        data = answer.data if answer is not None and isinstance(answer.data, dict) else {}
-        if "answer" in data:
-            reply = _text([{"role": "assistant", "content": data["answer"]}])
-            events.append(Event("gen_ai.content.completion", {"gen_ai.completion": reply}, end))
+    data = answer.data if answer is not None and isinstance(answer.data, dict) else {}
+    content, events = _content(
+        capture,
+        [{"role": "user", "content": run.input}],
+        [{"role": "assistant", "content": data["answer"]}] if "answer" in data else None,
+        start=start,
+        end=end,
+    )
+    attributes.update(content)
     error = None
     if run.status == RunStatus.FAILED:
         error = (goal.error if goal else "") or run.error_code or "The run failed."

@@ -247,7 +247,9 @@ def test_a_run_is_exported_as_a_genai_trace(collector, scripted, user, monkeypat
         assert (values["server.address"], values["server.port"]) == (server.hostname, server.port)
         assert values["gen_ai.usage.input_tokens"] == 11
         assert values["gen_ai.usage.output_tokens"] == 7
-        assert not chat.events  # content stays home unless allowed
+        # Content stays home unless allowed.
+        assert not chat.events
+        assert "gen_ai.input.messages" not in values
 
     tool = spans["execute_tool execute_code"]
     assert tool.parent_span_id == root.span_id
@@ -259,8 +261,14 @@ def test_a_run_is_exported_as_a_genai_trace(collector, scripted, user, monkeypat
     assert "code" in tool.status.message
 
 
-def test_content_goes_out_only_when_allowed(otel_on, scripted, user, settings):
-    settings.OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT = "true"
+@pytest.mark.parametrize(
+    ("mode", "as_attributes", "as_events"),
+    [("true", True, True), ("span_only", True, False), ("event_only", False, True)],
+)
+def test_content_goes_out_only_when_allowed(
+    otel_on, scripted, user, settings, mode, as_attributes, as_events
+):
+    settings.OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT = mode
     agent_run(user, scripted, message="What is 6*7? 请回答")
     assert otel_flush()
     received = {span.name: span for span, _ in otel_on.spans()}
@@ -268,21 +276,51 @@ def test_content_goes_out_only_when_allowed(otel_on, scripted, user, settings):
         (span for span, _ in otel_on.spans() if span.name.startswith("chat")),
         key=lambda span: span.start_time_unix_nano,
     )
-    prompt = {e.name: attributes(e) for e in first.events}
-    messages = json.loads(prompt["gen_ai.content.prompt"]["gen_ai.prompt"])
-    assert messages == [{"role": "user", "content": "What is 6*7? 请回答"}]
-    completion = json.loads(prompt["gen_ai.content.completion"]["gen_ai.completion"])
-    assert "execute_code" in completion[0]["content"]
-    later = json.loads(
-        {e.name: attributes(e) for e in second.events}["gen_ai.content.prompt"]["gen_ai.prompt"]
-    )
-    assert [m["role"] for m in later] == ["user", "assistant", "tool"]
+    root = received["invoke_agent devassist"]
+
+    # The conventions' current form: the messages as attributes, content as parts.
+    values = attributes(first)
+    assert ("gen_ai.input.messages" in values) is as_attributes
+    if as_attributes:
+        assert json.loads(values["gen_ai.input.messages"]) == [
+            {"role": "user", "parts": [{"type": "text", "content": "What is 6*7? 请回答"}]}
+        ]
+        (reply,) = json.loads(values["gen_ai.output.messages"])
+        assert (reply["role"], reply["finish_reason"]) == ("assistant", "stop")
+        assert "execute_code" in reply["parts"][0]["content"]
+        later = json.loads(attributes(second)["gen_ai.input.messages"])
+        assert [m["role"] for m in later] == ["user", "assistant", "tool"]
+        assert later[2]["name"] == "execute_code"
+        assert later[2]["parts"][0]["type"] == "tool_call_response"
+        answer = json.loads(attributes(root)["gen_ai.output.messages"])
+        assert answer == [
+            {
+                "role": "assistant",
+                "parts": [{"type": "text", "content": "42"}],
+                "finish_reason": "stop",
+            }
+        ]
+
+    # Their earlier form: events.
+    assert bool(first.events) is as_events
+    if as_events:
+        prompt = {e.name: attributes(e) for e in first.events}
+        messages = json.loads(prompt["gen_ai.content.prompt"]["gen_ai.prompt"])
+        assert messages == [{"role": "user", "content": "What is 6*7? 请回答"}]
+        completion = json.loads(prompt["gen_ai.content.completion"]["gen_ai.completion"])
+        assert "execute_code" in completion[0]["content"]
+        later = json.loads(
+            {e.name: attributes(e) for e in second.events}["gen_ai.content.prompt"]["gen_ai.prompt"]
+        )
+        assert [m["role"] for m in later] == ["user", "assistant", "tool"]
+        root_events = {e.name: attributes(e) for e in root.events}
+        answer = json.loads(root_events["gen_ai.content.completion"]["gen_ai.completion"])
+        assert answer == [{"role": "assistant", "content": "42"}]
+
+    # Tools' arguments and results go with either.
     tool = attributes(received["execute_tool execute_code"])
     assert json.loads(tool["gen_ai.tool.call.arguments"]) == {"timeout_s": 0}
     assert "code" in tool["gen_ai.tool.call.result"]
-    root_events = {e.name: attributes(e) for e in received["invoke_agent devassist"].events}
-    answer = json.loads(root_events["gen_ai.content.completion"]["gen_ai.completion"])
-    assert answer == [{"role": "assistant", "content": "42"}]
 
 
 def test_langfuse_and_otlp_exports_work_side_by_side(otel_on, scripted, superuser, settings):
