@@ -35,6 +35,10 @@ class TraceStatus(models.TextChoices):
 
 FINAL_TRACE_STATUSES = (TraceStatus.COMPLETED, TraceStatus.FAILED, TraceStatus.CANCELLED)
 
+#: The key of an OTLP trace's metadata that holds what OTLP said of it (its OTel trace id,
+#: its first resource); only such traces take OTLP spans.
+OTEL_METADATA_KEY = "otel"
+
 
 class StepType(models.TextChoices):
     GOAL = "goal"
@@ -109,6 +113,11 @@ class Trace(models.Model):
     @property
     def is_running(self) -> bool:
         return self.status == TraceStatus.RUNNING
+
+    @property
+    def is_otlp(self) -> bool:
+        """Whether the trace was recorded over OTLP (``POST /v1/traces``)."""
+        return isinstance(self.metadata, dict) and OTEL_METADATA_KEY in self.metadata
 
 
 class StepQuerySet(models.QuerySet["Step"]):

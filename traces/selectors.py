@@ -28,6 +28,7 @@ from django.db import connection
 from django.db.models import Count, F, Min, OuterRef, Q, QuerySet, Subquery, Value
 from django.db.models.expressions import Window
 from django.db.models.functions import Coalesce, RowNumber
+from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 from django.utils.translation import gettext
 
@@ -78,6 +79,8 @@ GAP_MIN_SHARE = 0.05
 GAP_DRAWN_SHARE = 0.015
 TRACE_PAGE_SIZE = 25
 EXPORT_CHUNK = 1000
+#: A running OTLP trace that has had no new span for this long says so on its page.
+OTLP_QUIET = timedelta(minutes=5)
 
 
 # --- traces -------------------------------------------------------------------------------------
@@ -98,6 +101,18 @@ def trace_get_for(*, viewer: Any, trace_id: uuid.UUID) -> Trace:
     if not can_view(viewer, trace):
         raise TraceNotFound(f"Trace {trace_id} does not exist.")
     return trace
+
+
+def otlp_quiet_since(trace: Trace, *, now: datetime | None = None) -> datetime | None:
+    """When the last span of a running OTLP trace arrived, if that was more than
+    ``OTLP_QUIET`` ago (the trace's start when none has); None for any other trace (one
+    query, for a running OTLP trace only). Such a trace runs until its root span arrives,
+    and an agent stopped before it ended its root span never sends it."""
+    if not (trace.is_running and trace.is_otlp):
+        return None
+    last = Step.objects.for_trace(trace).order_by("-seq").values_list("created_at", flat=True)
+    since = last.first() or trace.created_at
+    return since if since < (now or timezone.now()) - OTLP_QUIET else None
 
 
 @dataclass(frozen=True)

@@ -15,15 +15,11 @@ from django.db import transaction
 
 from devassist.exceptions import DomainError
 from traces.exceptions import TraceNotFromOtlp, TraceOfAnotherUser
-from traces.models import Trace, TraceMode
+from traces.models import OTEL_METADATA_KEY, Trace, TraceMode
 from traces.otlp import SpanBatch
 from traces.store import get_trace_store
 
 logger = structlog.get_logger(__name__)
-
-#: The key of an OTLP trace's metadata that holds what OTLP said of it (its OTel trace id,
-#: its first resource); only such traces take OTLP spans.
-OTEL_METADATA_KEY = "otel"
 
 
 @dataclass(frozen=True)
@@ -47,7 +43,7 @@ def _owned_otlp_trace(stored: Trace, *, user: Any) -> None:
     """Refuse spans for a trace that is not ``user``'s, or was not opened by OTLP spans."""
     if stored.user_id != user.pk:
         raise TraceOfAnotherUser(f"Trace {stored.id.hex} belongs to another user.")
-    if not isinstance(stored.metadata, dict) or OTEL_METADATA_KEY not in stored.metadata:
+    if not stored.is_otlp:
         raise TraceNotFromOtlp(
             f"Trace {stored.id.hex} was not recorded over OTLP; it takes no OTLP spans."
         )

@@ -394,6 +394,7 @@
       flash(gettext("live"));
       setTotals(message.trace);
     } else if (message.event === "step_added") {
+      document.getElementById("trace-quiet")?.remove();  // a span came after all
       setTotals(message.totals);
       added.add(message.step.step_id);
       parents.set(message.step.step_id, message.step.parent_id);

@@ -1,18 +1,21 @@
 """Traces that came in over OTLP in the trace browser (the system Chromium, DevAssist under
-daphne): an OpenInference-style and a GenAI-style trace rendered, and spans that arrive
-children first moving under their parent live."""
+daphne): an OpenInference-style and a GenAI-style trace rendered, spans that arrive
+children first moving under their parent live, and a quiet trace's notice."""
 
 from __future__ import annotations
 
 import uuid
+from datetime import timedelta
 from typing import Any
 
 import httpx
 import pytest
+from django.utils import timezone
 
 from devassist.tokens import api_token_create
 from tests.traces.otlp_clients import PROTOBUF, protobuf_body, sdk_spans
 from tests.traces.test_otlp_ingest import genai_agent, openinference_agent
+from traces.models import Step
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -108,3 +111,24 @@ def test_spans_sent_before_their_parent_move_under_it_live(
     page.locator("#trace-task").filter(has_text="What is 2+2?").wait_for()
     assert page.title().startswith("What is 2+2? · ")
     screenshot("attached")
+
+
+def test_a_quiet_trace_says_so_until_a_span_arrives(page, login, app_server) -> None:
+    """A running trace with no new span for a while says its root span may never come;
+    the notice goes as soon as one arrives."""
+    user = login("ada")
+    _, token = api_token_create(user=user, name="otel")
+    spans = sdk_spans(openinference_agent)
+    first, rest = spans[:1], spans[1:-1]
+    send(app_server, token, first)
+    Step.objects.filter(trace_id=trace_id(spans)).update(
+        created_at=timezone.now() - timedelta(minutes=20)
+    )
+
+    page.goto(f"/traces/{trace_id(spans)}/")
+    page.locator("#live-state").filter(has_text="live").wait_for()
+    assert "No span has arrived for 20" in page.locator("#trace-quiet").inner_text()
+
+    send(app_server, token, rest)
+    page.locator("#trace-quiet").wait_for(state="detached")
+    page.wait_for_function("document.querySelectorAll('#tree li.node').length === 3")

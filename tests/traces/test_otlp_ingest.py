@@ -388,6 +388,31 @@ async def test_a_trace_of_two_services_names_each_span_s_service_and_its_entry_p
     assert root["subtree_steps"] == 3
 
 
+async def test_a_trace_whose_root_never_came_is_ended_by_its_owner(user):
+    """An agent stopped before it ended its root span leaves its trace running; its owner
+    ends it through the API, and spans that still come are stored as late ones."""
+    spans = sdk_spans(openinference_agent)
+    token = await token_for(user)
+    children, root = spans[:-1], spans[-1]
+    assert (await post_otlp(protobuf_body(children), token=token)).status_code == 200
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=application), base_url="http://127.0.0.1"
+    ) as client:
+        ended = await client.post(
+            f"/api/traces/{trace_of(spans)}/complete",
+            json={"status": "cancelled"},
+            headers={"Authorization": f"Bearer {token}"},
+        )
+    assert ended.status_code == HTTPStatus.OK, ended.text
+    assert ended.json()["status"] == TraceStatus.CANCELLED
+
+    late = await post_otlp(protobuf_body([root]), token=token)
+    assert late.status_code == HTTPStatus.OK
+    trace, _, tree = await stored(trace_of(spans))
+    assert (trace.status, trace.total_steps, trace.root_count) == (TraceStatus.CANCELLED, 4, 1)
+    assert tree[0]["subtree_steps"] == 4
+
+
 async def test_re_sent_spans_are_idempotent(user):
     spans = sdk_spans(genai_agent)
     token = await token_for(user)

@@ -280,6 +280,39 @@ def test_the_trace_page_shows_the_header_and_the_opened_iterations(
     assert f'data-watch="/api/traces/{trace.id}/watch"' in content
 
 
+def otlp_trace(user: User, *, quiet_for: timedelta) -> Trace:
+    """A running trace recorded over OTLP whose last span arrived ``quiet_for`` ago."""
+    trace = make_trace(user, task="", agent_type="my-agent", metadata={"otel": {}})
+    add(trace, step("action", name="search"))
+    Step.objects.filter(trace=trace).update(created_at=datetime.now(UTC) - quiet_for)
+    trace.refresh_from_db()
+    return trace
+
+
+def test_a_quiet_otlp_trace_says_its_root_span_may_never_come(
+    signed_in: Client, user: User
+) -> None:
+    """An OTLP trace runs until its root span arrives; an agent stopped before its end
+    never sends it. The page says so once no span has come for a while."""
+    quiet = otlp_trace(user, quiet_for=timedelta(hours=2))
+    content = signed_in.get(f"/traces/{quiet.id}/").content.decode()
+    assert 'id="trace-quiet"' in content
+    assert re.search(r"No span has arrived for 2\shours\.", content)
+    chinese = signed_in.get(
+        f"/traces/{quiet.id}/", headers={"Accept-Language": "zh-CN,zh;q=0.9"}
+    ).content.decode()
+    assert "没有收到新的 span" in chinese
+
+    recent = otlp_trace(user, quiet_for=timedelta(seconds=30))
+    assert 'id="trace-quiet"' not in signed_in.get(f"/traces/{recent.id}/").content.decode()
+    Trace.objects.filter(pk=quiet.pk).update(status="completed")
+    assert 'id="trace-quiet"' not in signed_in.get(f"/traces/{quiet.id}/").content.decode()
+    # A run of DevAssist's own is watched by its worker's lease, not by this.
+    own = react_trace(user)
+    Step.objects.filter(trace=own).update(created_at=datetime.now(UTC) - timedelta(hours=2))
+    assert 'id="trace-quiet"' not in signed_in.get(f"/traces/{own.id}/").content.decode()
+
+
 def test_the_trace_page_uses_constant_queries(
     signed_in: Client, user: User, django_assert_num_queries: Any
 ) -> None:
