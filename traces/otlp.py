@@ -681,6 +681,50 @@ _SPAN_KINDS = {
 _STATUS_CODES = {Status.STATUS_CODE_OK: "ok", Status.STATUS_CODE_ERROR: "error"}
 
 
+#: Messages that instrumentations flatten into one attribute per field, by the index of the
+#: message: OpenLLMetry's ``gen_ai.prompt.<i>.<field>`` / ``gen_ai.completion.<i>.<field>``
+#: and OpenInference's ``llm.input_messages.<i>.message.<field>`` /
+#: ``llm.output_messages.<i>.message.<field>``; inputs, then outputs.
+_INPUT_MESSAGE_PREFIXES = ("gen_ai.prompt.", "llm.input_messages.")
+_OUTPUT_MESSAGE_PREFIXES = ("gen_ai.completion.", "llm.output_messages.")
+
+
+def _gather_messages(attributes: dict[str, Any], prefixes: Iterable[str]) -> list[Any] | None:
+    """The messages flattened into ``attributes`` under the first of ``prefixes`` that has
+    any, taken out of them and put back together: ``gen_ai.prompt.0.role`` and
+    ``gen_ai.prompt.0.content`` become ``[{"role": ..., "content": ...}]``; nested fields nest
+    (``tool_calls.0.name``: ``{"tool_calls": [{"name": ...}]}``). None when there are none."""
+    for prefix in prefixes:
+        found: dict[str, Any] = {}
+        for key in [k for k in attributes if k.startswith(prefix)]:
+            path = key[len(prefix) :].split(".")
+            if len(path) < 2 or not path[0].isdigit():
+                continue  # not a field of a numbered message: it stays an attribute
+            if path[1] == "message" and len(path) > 2:
+                path = [path[0], *path[2:]]  # OpenInference's ``<i>.message.<field>``
+            node = found
+            for name in path[:-1]:
+                node = node.setdefault(name, {})
+                if not isinstance(node, dict):
+                    break  # a field that also has a value: this one stays an attribute
+            else:
+                if path[-1] not in node:  # (one that has fields below it: likewise)
+                    node[path[-1]] = attributes.pop(key)
+        if found:
+            return _as_lists(found)
+    return None
+
+
+def _as_lists(value: Any) -> Any:
+    """Objects whose keys are all numbers as lists, in the numbers' order, all the way down."""
+    if not isinstance(value, dict):
+        return value
+    items = {name: _as_lists(item) for name, item in value.items()}
+    if items and all(name.isdigit() for name in items):
+        return [items[name] for name in sorted(items, key=int)]
+    return items
+
+
 def _lift(attributes: dict[str, Any], keys: Iterable[str], mime_key: str | None = None) -> Any:
     """Take the first of ``keys`` out of ``attributes``; a JSON text whose ``mime_key`` says
     ``application/json``, or one of ``_JSON_TEXT_KEYS``, comes back parsed (as it is when it
@@ -716,6 +760,20 @@ def _step_data(
     data: dict[str, Any] = {}
     inputs = _lift(attributes, _INPUT_KEYS, "input.mime_type")
     outputs = _lift(attributes, _OUTPUT_KEYS, "output.mime_type")
+    # Flattened messages are the input and output when nothing else is (OpenLLMetry's model
+    # calls), and sit beside them otherwise (OpenInference's, beside the request's JSON).
+    for messages, key in (
+        (_gather_messages(attributes, _INPUT_MESSAGE_PREFIXES), "input_messages"),
+        (_gather_messages(attributes, _OUTPUT_MESSAGE_PREFIXES), "output_messages"),
+    ):
+        if messages is None:
+            continue
+        if key == "input_messages" and inputs is None:
+            inputs = messages
+        elif key == "output_messages" and outputs is None:
+            outputs = messages
+        else:
+            data[key] = messages
     if step_type == StepType.ACTION:
         name = next((attributes[k] for k in _TOOL_NAME_KEYS if k in attributes), None)
         data["tool_name"] = name if isinstance(name, str) else span.name

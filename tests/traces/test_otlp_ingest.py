@@ -68,6 +68,11 @@ def openinference_agent(tracer: otel_trace.Tracer) -> None:
                 "input.value": '{"messages": [{"role": "user", "content": "2+2"}]}',
                 "input.mime_type": "application/json",
                 "output.value": "call the calculator",
+                # The same messages flattened, as OpenInference writes them too.
+                "llm.input_messages.0.message.role": "user",
+                "llm.input_messages.0.message.content": "2+2",
+                "llm.output_messages.0.message.role": "assistant",
+                "llm.output_messages.0.message.tool_calls.0.tool_call.function.name": "calculator",
             },
         ):
             pass
@@ -155,6 +160,15 @@ def openllmetry_agent(tracer: otel_trace.Tracer) -> None:
                     "gen_ai.usage.prompt_tokens": 20,
                     "gen_ai.usage.completion_tokens": 7,
                     "llm.usage.total_tokens": 27,
+                    # OpenLLMetry flattens the messages into one attribute per field.
+                    "gen_ai.prompt.0.role": "system",
+                    "gen_ai.prompt.0.content": "You plan.",
+                    "gen_ai.prompt.1.role": "user",
+                    "gen_ai.prompt.1.content": "Weather in Paris?",
+                    "gen_ai.completion.0.role": "assistant",
+                    "gen_ai.completion.0.finish_reason": "tool_calls",
+                    "gen_ai.completion.0.tool_calls.0.name": "get_weather",
+                    "gen_ai.completion.0.tool_calls.0.arguments": '{"city": "Paris"}',
                 },
             ):
                 pass
@@ -230,6 +244,14 @@ async def test_an_openinference_trace_becomes_a_tree_of_steps(user, encoding):
     assert llm.data["usage"] == {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
     assert llm.data["input"] == {"messages": [{"role": "user", "content": "2+2"}]}
     assert llm.data["output"] == "call the calculator"
+    assert llm.data["input_messages"] == [{"role": "user", "content": "2+2"}]
+    assert llm.data["output_messages"] == [
+        {
+            "role": "assistant",
+            "tool_calls": [{"tool_call": {"function": {"name": "calculator"}}}],
+        }
+    ]
+    assert not [k for k in llm.data["attributes"] if k.startswith("llm.input_messages")]
     assert "input.value" not in llm.data["attributes"]
     assert llm.data["attributes"]["openinference.span.kind"] == "LLM"
     assert llm.data["otel_span"]["kind"] == "client"
@@ -304,6 +326,19 @@ async def test_an_openllmetry_trace_maps_entities_tools_and_usage(user):
     assert chat.tokens == 27
     assert chat.data["model"] == "gpt-4o-mini"
     assert chat.data["usage"] == {"prompt_tokens": 20, "completion_tokens": 7, "total_tokens": 27}
+    # The flattened messages put back together: the call's input and output.
+    assert chat.data["input"] == [
+        {"role": "system", "content": "You plan."},
+        {"role": "user", "content": "Weather in Paris?"},
+    ]
+    assert chat.data["output"] == [
+        {
+            "role": "assistant",
+            "finish_reason": "tool_calls",
+            "tool_calls": [{"name": "get_weather", "arguments": '{"city": "Paris"}'}],
+        }
+    ]
+    assert not [k for k in chat.data["attributes"] if k.startswith("gen_ai.prompt")]
     assert steps["openai.embeddings"].tokens == 4
     tool = steps["get_weather.tool"]
     assert tool.data["tool_name"] == "get_weather"
@@ -311,6 +346,34 @@ async def test_an_openllmetry_trace_maps_entities_tools_and_usage(user):
     assert tool.data["result"] == {"sky": "rain", "celsius": 14}
     assert "traceloop.entity.input" not in tool.data["attributes"]
     assert (trace.total_tokens, root["subtree_tokens"]) == (31, 31)
+
+
+async def test_flattened_messages_keep_their_order_and_lose_nothing(user):
+    def chat(tracer: otel_trace.Tracer) -> None:
+        attributes: dict[str, Any] = {
+            f"gen_ai.prompt.{i}.content": f"message {i}" for i in range(12)
+        }
+        attributes["gen_ai.prompt.template"] = "not a message"  # not numbered: stays
+        attributes["gen_ai.completion.0.content"] = "four"
+        attributes["gen_ai.completion.0.content.0.text"] = "clashes with a value: stays"
+        # The same clash the other way round.
+        attributes["gen_ai.completion.1.content.0.text"] = "five"
+        attributes["gen_ai.completion.1.content"] = "clashes with fields: stays"
+        tracer.start_span(
+            "openai.chat", attributes={"llm.request.type": "chat", **attributes}
+        ).end()
+
+    spans = sdk_spans(chat)
+    assert (await post_otlp(protobuf_body(spans), token=await token_for(user))).status_code == 200
+    _, steps, _ = await stored(trace_of(spans))
+    data = steps["openai.chat"].data
+    assert [m["content"] for m in data["input"]] == [f"message {i}" for i in range(12)]
+    assert data["output"] == [{"content": "four"}, {"content": [{"text": "five"}]}]
+    assert data["attributes"]["gen_ai.prompt.template"] == "not a message"
+    assert data["attributes"]["gen_ai.completion.0.content.0.text"] == (
+        "clashes with a value: stays"
+    )
+    assert data["attributes"]["gen_ai.completion.1.content"] == "clashes with fields: stays"
 
 
 async def test_children_sent_before_their_parents_are_kept_then_attached(user):
