@@ -681,26 +681,36 @@ _SPAN_KINDS = {
 _STATUS_CODES = {Status.STATUS_CODE_OK: "ok", Status.STATUS_CODE_ERROR: "error"}
 
 
-#: Messages that instrumentations flatten into one attribute per field, by the index of the
-#: message: OpenLLMetry's ``gen_ai.prompt.<i>.<field>`` / ``gen_ai.completion.<i>.<field>``
-#: and OpenInference's ``llm.input_messages.<i>.message.<field>`` /
-#: ``llm.output_messages.<i>.message.<field>``; inputs, then outputs.
-_INPUT_MESSAGE_PREFIXES = ("gen_ai.prompt.", "llm.input_messages.")
-_OUTPUT_MESSAGE_PREFIXES = ("gen_ai.completion.", "llm.output_messages.")
+#: Lists that instrumentations flatten into one attribute per field of each item, by the
+#: item's index: ``(prefix, the item's name between the index and the field or "")``.
+#: OpenLLMetry's ``gen_ai.prompt.<i>.<field>`` / ``gen_ai.completion.<i>.<field>`` and
+#: OpenInference's ``llm.input_messages.<i>.message.<field>`` /
+#: ``llm.output_messages.<i>.message.<field>`` are the messages; OpenInference's
+#: ``retrieval.documents.<i>.document.<field>`` a retriever's documents and
+#: ``reranker.input_documents`` / ``output_documents`` a reranker's.
+_INPUT_MESSAGES = (("gen_ai.prompt.", ""), ("llm.input_messages.", "message"))
+_OUTPUT_MESSAGES = (("gen_ai.completion.", ""), ("llm.output_messages.", "message"))
+_DOCUMENT_LISTS = {
+    "documents": (("retrieval.documents.", "document"),),
+    "input_documents": (("reranker.input_documents.", "document"),),
+    "output_documents": (("reranker.output_documents.", "document"),),
+}
 
 
-def _gather_messages(attributes: dict[str, Any], prefixes: Iterable[str]) -> list[Any] | None:
-    """The messages flattened into ``attributes`` under the first of ``prefixes`` that has
-    any, taken out of them and put back together: ``gen_ai.prompt.0.role`` and
+def _gather_list(
+    attributes: dict[str, Any], sources: Iterable[tuple[str, str]]
+) -> list[Any] | None:
+    """The list flattened into ``attributes`` by the first of ``sources`` that has any item,
+    taken out of them and put back together: ``gen_ai.prompt.0.role`` and
     ``gen_ai.prompt.0.content`` become ``[{"role": ..., "content": ...}]``; nested fields nest
-    (``tool_calls.0.name``: ``{"tool_calls": [{"name": ...}]}``). None when there are none."""
-    for prefix in prefixes:
+    (``tool_calls.0.name``: ``{"tool_calls": [{"name": ...}]}``). None when there is none."""
+    for prefix, item in sources:
         found: dict[str, Any] = {}
         for key in [k for k in attributes if k.startswith(prefix)]:
             path = key[len(prefix) :].split(".")
             if len(path) < 2 or not path[0].isdigit():
-                continue  # not a field of a numbered message: it stays an attribute
-            if path[1] == "message" and len(path) > 2:
+                continue  # not a field of a numbered item: it stays an attribute
+            if item and path[1] == item and len(path) > 2:
                 path = [path[0], *path[2:]]  # OpenInference's ``<i>.message.<field>``
             node = found
             for name in path[:-1]:
@@ -763,8 +773,8 @@ def _step_data(
     # Flattened messages are the input and output when nothing else is (OpenLLMetry's model
     # calls), and sit beside them otherwise (OpenInference's, beside the request's JSON).
     for messages, key in (
-        (_gather_messages(attributes, _INPUT_MESSAGE_PREFIXES), "input_messages"),
-        (_gather_messages(attributes, _OUTPUT_MESSAGE_PREFIXES), "output_messages"),
+        (_gather_list(attributes, _INPUT_MESSAGES), "input_messages"),
+        (_gather_list(attributes, _OUTPUT_MESSAGES), "output_messages"),
     ):
         if messages is None:
             continue
@@ -774,6 +784,10 @@ def _step_data(
             outputs = messages
         else:
             data[key] = messages
+    for key, sources in _DOCUMENT_LISTS.items():
+        documents = _gather_list(attributes, sources)
+        if documents is not None:
+            data[key] = documents
     if step_type == StepType.ACTION:
         name = next((attributes[k] for k in _TOOL_NAME_KEYS if k in attributes), None)
         data["tool_name"] = name if isinstance(name, str) else span.name

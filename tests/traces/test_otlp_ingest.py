@@ -88,7 +88,16 @@ def openinference_agent(tracer: otel_trace.Tracer) -> None:
             tool.add_event("retry", {"attempt": 2})
             tool.set_status(Status(StatusCode.ERROR, "the calculator timed out"))
         with tracer.start_as_current_span(
-            "retrieve", attributes={"openinference.span.kind": "RETRIEVER"}
+            "retrieve",
+            attributes={
+                "openinference.span.kind": "RETRIEVER",
+                "input.value": "addition",
+                "retrieval.documents.0.document.id": "math.md#1",
+                "retrieval.documents.0.document.content": "2+2 is 4.",
+                "retrieval.documents.0.document.score": 0.9,
+                "retrieval.documents.1.document.id": "math.md#2",
+                "retrieval.documents.1.document.score": 0.4,
+            },
         ):
             pass
 
@@ -263,6 +272,13 @@ async def test_an_openinference_trace_becomes_a_tree_of_steps(user, encoding):
     assert tool.data["tool_name"] == "calculator"
     assert tool.data["arguments"] == {"expression": "2+2"}
     assert tool.data["result"] == "4"
+    retrieve = steps["retrieve"]
+    assert retrieve.data["input"] == "addition"
+    assert retrieve.data["documents"] == [
+        {"id": "math.md#1", "content": "2+2 is 4.", "score": 0.9},
+        {"id": "math.md#2", "score": 0.4},
+    ]
+    assert retrieve.data["attributes"] == {"openinference.span.kind": "RETRIEVER"}
     assert tool.data["events"][0]["name"] == "retry"
     assert tool.data["events"][0]["attributes"] == {"attempt": 2}
     assert tool.started_at is not None
