@@ -686,14 +686,17 @@ _STATUS_CODES = {Status.STATUS_CODE_OK: "ok", Status.STATUS_CODE_ERROR: "error"}
 #: OpenLLMetry's ``gen_ai.prompt.<i>.<field>`` / ``gen_ai.completion.<i>.<field>`` and
 #: OpenInference's ``llm.input_messages.<i>.message.<field>`` /
 #: ``llm.output_messages.<i>.message.<field>`` are the messages; OpenInference's
-#: ``retrieval.documents.<i>.document.<field>`` a retriever's documents and
-#: ``reranker.input_documents`` / ``output_documents`` a reranker's.
+#: ``retrieval.documents.<i>.document.<field>`` a retriever's documents,
+#: ``reranker.input_documents`` / ``output_documents`` a reranker's, and the tools a model
+#: was offered are OpenInference's ``llm.tools.<i>.tool.<field>`` and OpenLLMetry's
+#: ``llm.request.functions.<i>.<field>``.
 _INPUT_MESSAGES = (("gen_ai.prompt.", ""), ("llm.input_messages.", "message"))
 _OUTPUT_MESSAGES = (("gen_ai.completion.", ""), ("llm.output_messages.", "message"))
-_DOCUMENT_LISTS = {
+_LISTS = {
     "documents": (("retrieval.documents.", "document"),),
     "input_documents": (("reranker.input_documents.", "document"),),
     "output_documents": (("reranker.output_documents.", "document"),),
+    "tools": (("llm.tools.", "tool"), ("llm.request.functions.", "")),
 }
 
 
@@ -784,10 +787,10 @@ def _step_data(
             outputs = messages
         else:
             data[key] = messages
-    for key, sources in _DOCUMENT_LISTS.items():
-        documents = _gather_list(attributes, sources)
-        if documents is not None:
-            data[key] = documents
+    for key, sources in _LISTS.items():
+        items = _gather_list(attributes, sources)
+        if items is not None:
+            data[key] = items
     if step_type == StepType.ACTION:
         name = next((attributes[k] for k in _TOOL_NAME_KEYS if k in attributes), None)
         data["tool_name"] = name if isinstance(name, str) else span.name

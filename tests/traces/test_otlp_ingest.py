@@ -178,6 +178,8 @@ def openllmetry_agent(tracer: otel_trace.Tracer) -> None:
                     "gen_ai.completion.0.finish_reason": "tool_calls",
                     "gen_ai.completion.0.tool_calls.0.name": "get_weather",
                     "gen_ai.completion.0.tool_calls.0.arguments": '{"city": "Paris"}',
+                    "llm.request.functions.0.name": "get_weather",
+                    "llm.request.functions.0.parameters": '{"type": "object"}',
                 },
             ):
                 pass
@@ -355,6 +357,7 @@ async def test_an_openllmetry_trace_maps_entities_tools_and_usage(user):
         }
     ]
     assert not [k for k in chat.data["attributes"] if k.startswith("gen_ai.prompt")]
+    assert chat.data["tools"] == [{"name": "get_weather", "parameters": '{"type": "object"}'}]
     assert steps["openai.embeddings"].tokens == 4
     tool = steps["get_weather.tool"]
     assert tool.data["tool_name"] == "get_weather"
