@@ -33,9 +33,10 @@ from urllib.parse import urlsplit
 
 import structlog
 from django.conf import settings
+from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import Event, ReadableSpan
+from opentelemetry.sdk.trace import Event, ReadableSpan, SpanLimits
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
@@ -242,6 +243,20 @@ def _messages(transcript: list[dict[str, Any]], *, finish_reason: str | None = N
     return _text(messages)
 
 
+def _bounded(
+    attributes: Mapping[str, Any], limits: SpanLimits, *, event: bool = False
+) -> BoundedAttributes:
+    """``attributes`` within the SDK's limits, as its tracer keeps a span's and an event's
+    (the runs' spans are made here, not by the tracer): ``OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT``,
+    ``OTEL_EVENT_ATTRIBUTE_COUNT_LIMIT``, and ``OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT`` /
+    ``OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT``, which cut long texts (messages, tool results)."""
+    if event:
+        count, length = limits.max_event_attributes, limits.max_attribute_length
+    else:
+        count, length = limits.max_span_attributes, limits.max_span_attribute_length
+    return BoundedAttributes(maxlen=count, attributes=attributes, max_value_len=length)
+
+
 def _content(
     capture: Capture,
     prompt: list[dict[str, Any]],
@@ -249,6 +264,7 @@ def _content(
     *,
     start: int,
     end: int,
+    limits: SpanLimits,
     finish_reason: str = "stop",
 ) -> tuple[dict[str, Any], list[Event]]:
     """The attributes and events that carry a call's ``prompt`` and ``reply`` (None: it has
@@ -260,11 +276,11 @@ def _content(
         if reply is not None:
             attributes["gen_ai.output.messages"] = _messages(reply, finish_reason=finish_reason)
     if capture.events:
-        events.append(Event("gen_ai.content.prompt", {"gen_ai.prompt": _text(prompt)}, start))
+        prompted = _bounded({"gen_ai.prompt": _text(prompt)}, limits, event=True)
+        events.append(Event("gen_ai.content.prompt", prompted, start))
         if reply is not None:
-            events.append(
-                Event("gen_ai.content.completion", {"gen_ai.completion": _text(reply)}, end)
-            )
+            replied = _bounded({"gen_ai.completion": _text(reply)}, limits, event=True)
+            events.append(Event("gen_ai.content.completion", replied, end))
     return attributes, events
 
 
@@ -305,6 +321,7 @@ def run_spans(
     the provider's attributes (``model_attributes``), on the model calls and the run's span."""
     assert run.trace_id is not None
     model = model or {}
+    limits = SpanLimits()  # from the standard variables, as the SDK's tracer reads them
     trace_id = run.trace_id.int
     goal = next((s for s in steps if s.step_type == StepType.GOAL and s.parent_id is None), None)
     results = {s.parent_id: s for s in steps if s.step_type == StepType.RESULT}
@@ -331,7 +348,7 @@ def run_spans(
             context=context(step),
             parent=root_context,
             resource=resource,
-            attributes={"devassist.step_id": str(step.id), **attributes},
+            attributes=_bounded({"devassist.step_id": str(step.id), **attributes}, limits),
             events=events or [],
             kind=kind,
             status=status,
@@ -366,6 +383,7 @@ def run_spans(
                 [{"role": "assistant", "content": output}],
                 start=start,
                 end=end,
+                limits=limits,
                 finish_reason=str(data.get("finish_reason") or "stop"),
             )
             attributes.update(content)
@@ -416,7 +434,9 @@ def run_spans(
             )
     answer = next((s for s in reversed(steps) if s.step_type == StepType.RESPONSE), None)
     spans.append(
-        _agent_span(run, goal, answer, root_context, resource, capture=capture, model=model)
+        _agent_span(
+            run, goal, answer, root_context, resource, capture=capture, model=model, limits=limits
+        )
     )
     return spans
 
@@ -430,6 +450,7 @@ def _agent_span(
     *,
     capture: Capture,
     model: Mapping[str, Any],
+    limits: SpanLimits,
 ) -> ReadableSpan:
     """The run's own span, ``invoke_agent devassist``, from its goal step (the run's times
     when it has none); as ``capture`` allows, its task and its answer (``answer``, the run's
@@ -459,6 +480,7 @@ def _agent_span(
         [{"role": "assistant", "content": data["answer"]}] if "answer" in data else None,
         start=start,
         end=end,
+        limits=limits,
     )
     attributes.update(content)
     error = None
@@ -469,7 +491,7 @@ def _agent_span(
         context=context,
         parent=None,
         resource=resource,
-        attributes=attributes,
+        attributes=_bounded(attributes, limits),
         events=events,
         kind=SpanKind.INTERNAL,
         status=Status(StatusCode.ERROR, error) if error else Status(StatusCode.UNSET),

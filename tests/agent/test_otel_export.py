@@ -323,6 +323,25 @@ def test_content_goes_out_only_when_allowed(
     assert "code" in tool["gen_ai.tool.call.result"]
 
 
+def test_long_content_is_cut_to_the_standard_limit(otel_on, scripted, user, settings, monkeypatch):
+    """Content goes out within the SDK's limit on attribute values, as its own spans do: a
+    long run's transcript would otherwise grow every model call's span (a collector's gRPC
+    receiver takes 4 MiB a request by default)."""
+    monkeypatch.setenv("OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT", "40")
+    settings.OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT = "true"
+    agent_run(user, scripted, message="What is 6*7? " + "Think hard. " * 20)
+    assert otel_flush()
+    received = {span.name: span for span, _ in otel_on.spans()}
+    chat = next(span for name, span in received.items() if name.startswith("chat"))
+    assert len(attributes(chat)["gen_ai.input.messages"]) == 40
+    prompt = {e.name: attributes(e) for e in chat.events}["gen_ai.content.prompt"]
+    assert len(prompt["gen_ai.prompt"]) == 40
+    tool = attributes(received["execute_tool execute_code"])
+    assert len(tool["gen_ai.tool.call.result"]) == 40
+    # Ids and names are short: they go out whole.
+    assert attributes(chat)["gen_ai.request.model"] == "fake-model"
+
+
 def test_langfuse_and_otlp_exports_work_side_by_side(otel_on, scripted, superuser, settings):
     langfuse_reset()
     with LangfuseReceiver() as langfuse:
