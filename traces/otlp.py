@@ -690,14 +690,25 @@ _STATUS_CODES = {Status.STATUS_CODE_OK: "ok", Status.STATUS_CODE_ERROR: "error"}
 #: ``reranker.input_documents`` / ``output_documents`` a reranker's, and the tools a model
 #: was offered are OpenInference's ``llm.tools.<i>.tool.<field>`` and OpenLLMetry's
 #: ``llm.request.functions.<i>.<field>``.
-_INPUT_MESSAGES = (("gen_ai.prompt.", ""), ("llm.input_messages.", "message"))
-_OUTPUT_MESSAGES = (("gen_ai.completion.", ""), ("llm.output_messages.", "message"))
-_LISTS = {
+#: By the key each list takes in the step's data.
+_FLATTENED = {
+    "input_messages": (("gen_ai.prompt.", ""), ("llm.input_messages.", "message")),
+    "output_messages": (("gen_ai.completion.", ""), ("llm.output_messages.", "message")),
     "documents": (("retrieval.documents.", "document"),),
     "input_documents": (("reranker.input_documents.", "document"),),
     "output_documents": (("reranker.output_documents.", "document"),),
     "tools": (("llm.tools.", "tool"), ("llm.request.functions.", "")),
 }
+_FLATTENED_PREFIXES = tuple(prefix for sources in _FLATTENED.values() for prefix, _ in sources)
+
+
+def _gather_lists(attributes: dict[str, Any]) -> dict[str, list[Any]]:
+    """The flattened lists of ``_FLATTENED`` in ``attributes``, taken out of them, by their
+    key; one pass over the keys when there are none (most spans)."""
+    if not any(key.startswith(_FLATTENED_PREFIXES) for key in attributes):
+        return {}
+    gathered = {key: _gather_list(attributes, sources) for key, sources in _FLATTENED.items()}
+    return {key: items for key, items in gathered.items() if items is not None}
 
 
 def _gather_list(
@@ -773,24 +784,14 @@ def _step_data(
     data: dict[str, Any] = {}
     inputs = _lift(attributes, _INPUT_KEYS, "input.mime_type")
     outputs = _lift(attributes, _OUTPUT_KEYS, "output.mime_type")
+    lists = _gather_lists(attributes)
     # Flattened messages are the input and output when nothing else is (OpenLLMetry's model
     # calls), and sit beside them otherwise (OpenInference's, beside the request's JSON).
-    for messages, key in (
-        (_gather_list(attributes, _INPUT_MESSAGES), "input_messages"),
-        (_gather_list(attributes, _OUTPUT_MESSAGES), "output_messages"),
-    ):
-        if messages is None:
-            continue
-        if key == "input_messages" and inputs is None:
-            inputs = messages
-        elif key == "output_messages" and outputs is None:
-            outputs = messages
-        else:
-            data[key] = messages
-    for key, sources in _LISTS.items():
-        items = _gather_list(attributes, sources)
-        if items is not None:
-            data[key] = items
+    if inputs is None:
+        inputs = lists.pop("input_messages", None)
+    if outputs is None:
+        outputs = lists.pop("output_messages", None)
+    data.update(lists)
     if step_type == StepType.ACTION:
         name = next((attributes[k] for k in _TOOL_NAME_KEYS if k in attributes), None)
         data["tool_name"] = name if isinstance(name, str) else span.name
