@@ -65,15 +65,18 @@ def trace_list_row(request: HtmxHttpRequest, trace_id: uuid.UUID) -> HttpRespons
 @_not_found_is_404
 def trace_page(request: HtmxHttpRequest, trace_id: uuid.UUID) -> HttpResponse:
     trace = selectors.trace_get_for(viewer=request.user, trace_id=trace_id)
-    header = {"trace": trace, "quiet_since": selectors.otlp_quiet_since(trace)}
     if request.htmx.target == "trace-header":  # its totals, status and task, once it ends
-        return render(request, "traces/trace.html#header", header)
+        return render(request, "traces/trace.html#header", {"trace": trace})
     step_id = TreeQueryForm(request.GET).step_id()
     tree = selectors.tree_view(trace=trace, step_id=step_id)
     if request.GET.get("step") and step_id is None:
         tree.notices.append(_("Ignored step: not a step id; showing the trace from the top."))
-    template = "traces/trace.html#tree" if request.htmx.target == "tree" else "traces/trace.html"
-    return render(request, template, {**header, "tree": tree})
+    if request.htmx.target == "tree":
+        return render(request, "traces/trace.html#tree", {"trace": trace, "tree": tree})
+    quiet_since = selectors.otlp_quiet_since(trace)
+    return render(
+        request, "traces/trace.html", {"trace": trace, "tree": tree, "quiet_since": quiet_since}
+    )
 
 
 @require_GET
