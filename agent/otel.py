@@ -91,7 +91,7 @@ class OtelConfig:
     capture: Capture
     service_name: str
     #: ``http/protobuf`` or ``grpc`` (``settings.OTLP_EXPORT_PROTOCOLS``).
-    protocol: str = "http/protobuf"
+    protocol: str
 
     @classmethod
     def current(cls) -> OtelConfig | None:
@@ -309,7 +309,7 @@ def run_spans(
     *,
     resource: Resource,
     capture: Capture,
-    model: Mapping[str, Any] | None = None,
+    model: Mapping[str, Any],
 ) -> list[ReadableSpan]:
     """The spans of ``run`` from its trace's ``steps`` (in seq order): the run as an
     ``invoke_agent`` span (its goal step), each model call (``thought``) as a ``chat`` span
@@ -320,7 +320,6 @@ def run_spans(
     attributes. ``model``:
     the provider's attributes (``model_attributes``), on the model calls and the run's span."""
     assert run.trace_id is not None
-    model = model or {}
     limits = SpanLimits()  # from the standard variables, as the SDK's tracer reads them
     trace_id = run.trace_id.int
     goal = next((s for s in steps if s.step_type == StepType.GOAL and s.parent_id is None), None)
