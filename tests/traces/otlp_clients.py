@@ -26,16 +26,22 @@ PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
 
 
-def sdk_spans(
-    build: Callable[[otel_trace.Tracer], Any], *, service: str = "test-agent"
-) -> list[ReadableSpan]:
-    """The spans ``build`` makes with a tracer of a fresh SDK provider, in the order they
-    ended (the order an exporter sends them)."""
+def recording_provider(service: str) -> tuple[TracerProvider, InMemorySpanExporter]:
+    """A fresh SDK provider for ``service`` and the exporter that keeps its ended spans."""
     exporter = InMemorySpanExporter()
     provider = TracerProvider(
         resource=Resource.create({"service.name": service}), shutdown_on_exit=False
     )
     provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return provider, exporter
+
+
+def sdk_spans(
+    build: Callable[[otel_trace.Tracer], Any], *, service: str = "test-agent"
+) -> list[ReadableSpan]:
+    """The spans ``build`` makes with a tracer of a fresh SDK provider, in the order they
+    ended (the order an exporter sends them)."""
+    provider, exporter = recording_provider(service)
     build(provider.get_tracer("tests.otlp", "1.0"))
     provider.shutdown()
     return list(exporter.get_finished_spans())

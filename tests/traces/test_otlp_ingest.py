@@ -15,14 +15,11 @@ import pytest
 from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
 from opentelemetry import trace as otel_trace
-from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from devassist.asgi import application
 from devassist.tokens import api_token_create
+from tests.conftest import post_as
 from tests.traces.otlp_clients import (
     JSON,
     PROTOBUF,
@@ -31,6 +28,7 @@ from tests.traces.otlp_clients import (
     partial_success,
     post_otlp,
     protobuf_body,
+    recording_provider,
     sdk_spans,
 )
 from traces.models import Step, StepStatus, StepType, Trace, TraceStatus
@@ -425,15 +423,11 @@ async def test_a_trace_of_two_services_names_each_span_s_service_and_its_entry_p
     context goes with the call). The agent's spans come first, in a request of their own;
     the trace is named after the root's service once it arrives, and each step keeps its
     span's service."""
-    web, agent = InMemorySpanExporter(), InMemorySpanExporter()
-    providers = []
-    for service, exporter in (("web", web), ("agent-worker", agent)):
-        provider = TracerProvider(
-            resource=Resource.create({"service.name": service}), shutdown_on_exit=False
-        )
-        provider.add_span_processor(SimpleSpanProcessor(exporter))
-        providers.append(provider)
-    web_tracer, agent_tracer = (p.get_tracer("app") for p in providers)
+    (web_provider, web), (agent_provider, agent) = (
+        recording_provider("web"),
+        recording_provider("agent-worker"),
+    )
+    web_tracer, agent_tracer = web_provider.get_tracer("app"), agent_provider.get_tracer("app")
     # The agent service continues the trace it was called with (the current context).
     with (
         web_tracer.start_as_current_span(
@@ -447,8 +441,8 @@ async def test_a_trace_of_two_services_names_each_span_s_service_and_its_entry_p
         ),
     ):
         pass
-    for provider in providers:
-        provider.shutdown()
+    web_provider.shutdown()
+    agent_provider.shutdown()
     token = await token_for(user)
     agent_spans, web_spans = list(agent.get_finished_spans()), list(web.get_finished_spans())
 
@@ -477,14 +471,7 @@ async def test_a_trace_whose_root_never_came_is_ended_by_its_owner(user):
     token = await token_for(user)
     children, root = spans[:-1], spans[-1]
     assert (await post_otlp(protobuf_body(children), token=token)).status_code == 200
-    async with httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=application), base_url="http://127.0.0.1"
-    ) as client:
-        ended = await client.post(
-            f"/api/traces/{trace_of(spans)}/complete",
-            json={"status": "cancelled"},
-            headers={"Authorization": f"Bearer {token}"},
-        )
+    ended = await post_as(user, f"/api/traces/{trace_of(spans)}/complete", {"status": "cancelled"})
     assert ended.status_code == HTTPStatus.OK, ended.text
     assert ended.json()["status"] == TraceStatus.CANCELLED
 
