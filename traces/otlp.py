@@ -37,6 +37,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
+from devassist.responses import json_bytes
 from traces.models import StepStatus, StepType, TraceStatus
 from traces.projections import iso
 from traces.store import COST_LIMIT, StepCreate
@@ -371,10 +372,11 @@ def _set_root(entry: TraceSpans, span: Span, step: StepCreate, service: str) -> 
 
 
 def _as_text(value: Any) -> str:
-    """A string as it is, structured JSON as its compact text, nothing as ""."""
+    """A string as it is, structured JSON as its compact text (``json_bytes``, which never
+    fails on a value it cannot encode as it is), nothing as ""."""
     if value is None or isinstance(value, str):
         return value or ""
-    return orjson.dumps(value).decode()
+    return json_bytes(value).decode()
 
 
 def _parents_first(spans: Mapping[bytes, tuple[Span, StepCreate, int]]) -> list[StepCreate]:
