@@ -1,7 +1,8 @@
 """Traces: every agent run as a tree of steps, with rollups kept on write and an event log.
 
-Only ``traces.store`` writes these rows; the fields below that it maintains (``seq``, ``depth``,
-``path``, ``pending_parent_id``, ``children_count``, the ``subtree_*`` rollups,
+Only ``traces.store`` writes traces, steps and their events (``traces.services`` writes the
+``PendingLogEvents`` that wait for their span); the fields below that it maintains (``seq``,
+``depth``, ``path``, ``pending_parent_id``, ``children_count``, the ``subtree_*`` rollups,
 ``data_preview``, ``data_bytes``, ``tool_facts``, the trace totals and ``last_seq``) are never
 recomputed on read.
 """
@@ -244,3 +245,21 @@ class TraceEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.event} #{self.seq}"
+
+
+class PendingLogEvents(models.Model):
+    """Log record events (``traces.otlp_logs``) of an OTLP span whose step is not stored yet:
+    exporters send a span's log records as they are emitted, often before the span, which is
+    sent when it ends. ``traces.services`` writes them, under the trace's lock, and moves them
+    into the step's data when the span arrives (then the row goes)."""
+
+    trace = models.ForeignKey(Trace, on_delete=models.CASCADE, related_name="+")
+    step_id = models.UUIDField()
+    events = models.JSONField(default=list)
+    received_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["trace", "step_id"], name="pending_log_events_step")]
+
+    def __str__(self) -> str:
+        return f"{len(self.events)} log event(s) for step {self.step_id}"

@@ -27,8 +27,13 @@ from typing import Any
 import orjson
 from django.conf import settings
 from google.protobuf import json_format
-from google.protobuf.message import DecodeError
+from google.protobuf.message import DecodeError, Message
 from google.rpc import code_pb2, status_pb2
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
+    ExportLogsPartialSuccess,
+    ExportLogsServiceRequest,
+    ExportLogsServiceResponse,
+)
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTracePartialSuccess,
     ExportTraceServiceRequest,
@@ -106,6 +111,40 @@ class Limits:
         )
 
 
+# --- the signals ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Signal:
+    """What one OTLP endpoint takes and answers: its request and response messages, and what
+    its items are called (in messages, and in ``partial_success``)."""
+
+    items: str
+    request: type[Message]
+    response: type[Message]
+    partial_success: type[Message]
+    rejected_field: str
+    batch_size_variable: str
+
+
+TRACES = Signal(
+    items="spans",
+    request=ExportTraceServiceRequest,
+    response=ExportTraceServiceResponse,
+    partial_success=ExportTracePartialSuccess,
+    rejected_field="rejected_spans",
+    batch_size_variable="OTEL_BSP_MAX_EXPORT_BATCH_SIZE",
+)
+LOGS = Signal(
+    items="log records",
+    request=ExportLogsServiceRequest,
+    response=ExportLogsServiceResponse,
+    partial_success=ExportLogsPartialSuccess,
+    rejected_field="rejected_log_records",
+    batch_size_variable="OTEL_BLRP_MAX_EXPORT_BATCH_SIZE",
+)
+
+
 # --- the body ---------------------------------------------------------------------------------
 
 
@@ -124,23 +163,28 @@ def encoding_of(content_type: str) -> str:
 
 
 def decode_request(
-    body: bytes, *, encoding: str, content_encoding: str, max_bytes: int
-) -> ExportTraceServiceRequest:
-    """The ``ExportTraceServiceRequest`` in ``body`` (``encoding`` as ``encoding_of`` gives
-    it; ``content_encoding`` ``gzip`` or none). ``OtlpError``: 415 for another content
-    encoding, 413 for a body past ``max_bytes`` once decompressed, 400 for one that does not
-    decode."""
+    body: bytes,
+    *,
+    encoding: str,
+    content_encoding: str,
+    max_bytes: int,
+    signal: Signal = TRACES,
+) -> Any:
+    """The ``signal``'s export request in ``body`` (an ``ExportTraceServiceRequest`` by
+    default; ``encoding`` as ``encoding_of`` gives it; ``content_encoding`` ``gzip`` or none).
+    ``OtlpError``: 415 for another content encoding, 413 for a body past ``max_bytes`` once
+    decompressed, 400 for one that does not decode."""
     coding = content_encoding.strip().lower()
     if coding == "gzip":
-        body = _gunzip(body, max_bytes)
+        body = _gunzip(body, max_bytes, signal)
     elif coding not in ("", "identity"):
         raise OtlpError(
             HTTPStatus.UNSUPPORTED_MEDIA_TYPE,
             f"Unsupported Content-Encoding {content_encoding!r}: send gzip or nothing.",
         )
     if len(body) > max_bytes:
-        raise _too_large(max_bytes)
-    request = ExportTraceServiceRequest()
+        raise _too_large(max_bytes, signal)
+    request = signal.request()
     if encoding == PROTOBUF:
         try:
             request.ParseFromString(body)
@@ -160,15 +204,15 @@ def decode_request(
     return request
 
 
-def _too_large(max_bytes: int) -> OtlpError:
+def _too_large(max_bytes: int, signal: Signal) -> OtlpError:
     return OtlpError(
         HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
         f"The request body is larger than {max_bytes} bytes (decompressed): send smaller "
-        "batches (OTEL_BSP_MAX_EXPORT_BATCH_SIZE).",
+        f"batches ({signal.batch_size_variable}).",
     )
 
 
-def _gunzip(body: bytes, max_bytes: int) -> bytes:
+def _gunzip(body: bytes, max_bytes: int, signal: Signal) -> bytes:
     """``body`` decompressed, never more than ``max_bytes`` of it (a small body can hold a
     huge one)."""
     inflater = zlib.decompressobj(wbits=31)
@@ -177,7 +221,7 @@ def _gunzip(body: bytes, max_bytes: int) -> bytes:
     except zlib.error as exc:
         raise OtlpError(HTTPStatus.BAD_REQUEST, f"Malformed gzip body: {exc}") from exc
     if len(out) > max_bytes or inflater.unconsumed_tail:
-        raise _too_large(max_bytes)
+        raise _too_large(max_bytes, signal)
     if not inflater.eof:
         raise OtlpError(HTTPStatus.BAD_REQUEST, "Malformed gzip body: it ends early.")
     return out
@@ -226,13 +270,14 @@ def _id_as_base64(text: str) -> str:
 # --- the answers ------------------------------------------------------------------------------
 
 
-def success_body(*, rejected: int, message: str, encoding: str) -> bytes:
-    """An ``ExportTraceServiceResponse``: empty when every span was taken, with
-    ``partial_success`` (``rejected_spans``, ``error_message``) otherwise."""
-    response = ExportTraceServiceResponse()
+def success_body(*, rejected: int, message: str, encoding: str, signal: Signal = TRACES) -> bytes:
+    """The ``signal``'s export response (``ExportTraceServiceResponse`` by default): empty
+    when every item was taken, with ``partial_success`` (``rejected_spans`` or
+    ``rejected_log_records``, ``error_message``) otherwise."""
+    response = signal.response()
     if rejected or message:
         response.partial_success.CopyFrom(
-            ExportTracePartialSuccess(rejected_spans=rejected, error_message=message)
+            signal.partial_success(**{signal.rejected_field: rejected, "error_message": message})
         )
     return _encode(response, encoding)
 
@@ -276,11 +321,10 @@ class TraceSpans:
 
 
 @dataclass
-class SpanBatch:
-    """A request's spans by trace, and the ones refused (``rejected``, with the first
+class Refusals:
+    """How many of a request's ``total`` items were refused (``rejected``, with the first
     reasons in ``reasons``)."""
 
-    traces: dict[uuid.UUID, TraceSpans] = field(default_factory=dict)
     total: int = 0
     rejected: int = 0
     reasons: list[str] = field(default_factory=list)
@@ -291,8 +335,15 @@ class SpanBatch:
             self.reasons.append(reason)
 
 
-class _Refused(Exception):
-    """A span the limits or the protocol refuse; the message says why."""
+@dataclass
+class SpanBatch(Refusals):
+    """A request's spans by trace, and the ones refused."""
+
+    traces: dict[uuid.UUID, TraceSpans] = field(default_factory=dict)
+
+
+class Refused(Exception):
+    """A span or log record the limits or the protocol refuse; the message says why."""
 
 
 def span_step_id(trace_id: bytes, span_id: bytes) -> uuid.UUID:
@@ -323,8 +374,8 @@ def request_spans(
     spans: dict[uuid.UUID, dict[bytes, tuple[Span, StepCreate, int]]] = {}
     for resource_spans in request.resource_spans:
         try:
-            resource = _attributes(resource_spans.resource.attributes, limits)
-        except _Refused as exc:
+            resource = attributes_of(resource_spans.resource.attributes, limits)
+        except Refused as exc:
             count = sum(len(s.spans) for s in resource_spans.scope_spans)
             batch.reject(count, f"resource: {exc}")
             continue
@@ -336,7 +387,7 @@ def request_spans(
                     step, start = _span_step(
                         span, limits=limits, now_ns=now_ns, scope=scope, service=service
                     )
-                except _Refused as exc:
+                except Refused as exc:
                     batch.reject(1, f"span {span.span_id.hex() or '(no id)'} {span.name!r}: {exc}")
                     continue
                 trace_id = uuid.UUID(bytes=span.trace_id)
@@ -406,44 +457,44 @@ def _parents_first(spans: Mapping[bytes, tuple[Span, StepCreate, int]]) -> list[
 # --- one span ---------------------------------------------------------------------------------
 
 
-def _check_id(value: bytes, size: int, what: str) -> None:
+def check_id(value: bytes, size: int, what: str) -> None:
     if len(value) != size:
-        raise _Refused(f"{what} must be {size} bytes, got {len(value)}")
+        raise Refused(f"{what} must be {size} bytes, got {len(value)}")
     if not any(value):
-        raise _Refused(f"{what} is all zeros")
+        raise Refused(f"{what} is all zeros")
 
 
-def _time(ns: int) -> datetime:
+def time_of(ns: int) -> datetime:
     return _EPOCH + timedelta(microseconds=ns // 1000)
 
 
 def _span_step(
     span: Span, *, limits: Limits, now_ns: int, scope: str, service: str
 ) -> tuple[StepCreate, int]:
-    """The step of ``span`` and its start (ns); ``_Refused`` for a span that breaks the
+    """The step of ``span`` and its start (ns); ``Refused`` for a span that breaks the
     protocol or the limits."""
-    _check_id(span.trace_id, 16, "trace id")
-    _check_id(span.span_id, 8, "span id")
+    check_id(span.trace_id, 16, "trace id")
+    check_id(span.span_id, 8, "span id")
     if span.parent_span_id:
-        _check_id(span.parent_span_id, 8, "parent span id")
+        check_id(span.parent_span_id, 8, "parent span id")
         if span.parent_span_id == span.span_id:
-            raise _Refused("a span cannot be its own parent")
+            raise Refused("a span cannot be its own parent")
     start, end = span.start_time_unix_nano, span.end_time_unix_nano
     if start == 0:
-        raise _Refused("no start time")
+        raise Refused("no start time")
     if start > now_ns + MAX_CLOCK_SKEW_NS or end > now_ns + MAX_CLOCK_SKEW_NS:
-        raise _Refused("a timestamp lies more than a day in the future")
+        raise Refused("a timestamp lies more than a day in the future")
     for what, count in (("events", len(span.events)), ("links", len(span.links))):
         if count > limits.max_events:
-            raise _Refused(f"{count} {what}, more than {limits.max_events}")
+            raise Refused(f"{count} {what}, more than {limits.max_events}")
     if any(event.time_unix_nano > now_ns + MAX_CLOCK_SKEW_NS for event in span.events):
-        raise _Refused("an event's time lies more than a day in the future")
-    attributes = _attributes(span.attributes, limits)
+        raise Refused("an event's time lies more than a day in the future")
+    attributes = attributes_of(span.attributes, limits)
     events = [
         {
             "name": event.name,
-            "time": iso(_time(event.time_unix_nano)) if event.time_unix_nano else None,
-            "attributes": _attributes(event.attributes, limits),
+            "time": iso(time_of(event.time_unix_nano)) if event.time_unix_nano else None,
+            "attributes": attributes_of(event.attributes, limits),
         }
         for event in span.events
     ]
@@ -451,7 +502,7 @@ def _span_step(
         {
             "trace_id": link.trace_id.hex(),
             "span_id": link.span_id.hex(),
-            "attributes": _attributes(link.attributes, limits),
+            "attributes": attributes_of(link.attributes, limits),
         }
         for link in span.links
     ]
@@ -475,8 +526,8 @@ def _span_step(
         name=span.name[:NAME_CHARS],
         data=data,
         error=error,
-        started_at=_time(start),
-        finished_at=_time(end) if end else None,
+        started_at=time_of(start),
+        finished_at=time_of(end) if end else None,
         duration_ms=max(0, (end - start) // 1_000_000) if end else None,
         tokens=tokens_of(attributes),
         cost=cost_of(attributes),
@@ -495,24 +546,24 @@ def _exception_text(events: list[dict[str, Any]]) -> str:
     return ""
 
 
-def _attributes(pairs: Iterable[KeyValue], limits: Limits) -> dict[str, Any]:
+def attributes_of(pairs: Iterable[KeyValue], limits: Limits) -> dict[str, Any]:
     items = list(pairs)
     if len(items) > limits.max_attributes:
-        raise _Refused(
+        raise Refused(
             f"{len(items)} attributes, more than {limits.max_attributes} "
             "(OTEL_ATTRIBUTE_COUNT_LIMIT)"
         )
-    return {pair.key: _value(pair.value, limits) for pair in items}
+    return {pair.key: value_of(pair.value, limits) for pair in items}
 
 
-def _value(value: AnyValue, limits: Limits) -> Any:
+def value_of(value: AnyValue, limits: Limits) -> Any:
     """An ``AnyValue`` as JSON: bytes as base64 text, nesting as lists and objects (protobuf
     bounds the nesting of what it decodes)."""
     kind = value.WhichOneof("value")
     if kind == "string_value":
         text = value.string_value
         if len(text) > limits.max_value_chars:
-            raise _Refused(
+            raise Refused(
                 f"a value of {len(text)} characters, more than {limits.max_value_chars} "
                 "(OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT)"
             )
@@ -521,12 +572,12 @@ def _value(value: AnyValue, limits: Limits) -> Any:
         return getattr(value, kind)
     if kind == "bytes_value":
         if len(value.bytes_value) > limits.max_value_chars:
-            raise _Refused(f"a bytes value of {len(value.bytes_value)} bytes")
+            raise Refused(f"a bytes value of {len(value.bytes_value)} bytes")
         return base64.b64encode(value.bytes_value).decode()
     if kind == "array_value":
-        return [_value(item, limits) for item in value.array_value.values]
+        return [value_of(item, limits) for item in value.array_value.values]
     if kind == "kvlist_value":
-        return {kv.key: _value(kv.value, limits) for kv in value.kvlist_value.values}
+        return {kv.key: value_of(kv.value, limits) for kv in value.kvlist_value.values}
     return None
 
 

@@ -1,10 +1,10 @@
-"""``POST /v1/traces``: OTLP/HTTP trace ingestion (protobuf or JSON, gzip).
+"""``POST /v1/traces`` and ``POST /v1/logs``: OTLP/HTTP ingestion (protobuf or JSON, gzip).
 
-A plain view, not part of the Ninja API: the protocol's bodies are protobuf as often as JSON
-and its errors are ``google.rpc.Status`` messages, not the API's envelope. It authenticates
+Plain views, not part of the Ninja API: the protocol's bodies are protobuf as often as JSON
+and its errors are ``google.rpc.Status`` messages, not the API's envelope. They authenticate
 by an API token, as ``Authorization: Bearer <token>`` or ``x-api-key: <token>`` (what
-``OTEL_EXPORTER_OTLP_HEADERS`` sends), parses the body (``traces.otlp``), stores the spans
-(``traces.services.otlp_spans_ingest``) and answers in the request's encoding.
+``OTEL_EXPORTER_OTLP_HEADERS`` sends), parse the body (``traces.otlp``, ``traces.otlp_logs``),
+store the spans or log records (``traces.services``) and answer in the request's encoding.
 """
 
 from __future__ import annotations
@@ -23,16 +23,20 @@ from django.views.decorators.csrf import csrf_exempt
 from devassist.tokens import api_token_authenticate
 from traces.otlp import (
     JSON,
+    LOGS,
     PROTOBUF,
+    TRACES,
     Limits,
     OtlpError,
+    Signal,
     decode_request,
     encoding_of,
     request_spans,
     status_body,
     success_body,
 )
-from traces.services import otlp_spans_ingest
+from traces.otlp_logs import request_log_records
+from traces.services import IngestOutcome, otlp_logs_ingest, otlp_spans_ingest
 
 logger = structlog.get_logger(__name__)
 
@@ -58,19 +62,27 @@ def _user(request: HttpRequest) -> Any:
     return token.user
 
 
-def _export(request: HttpRequest, body: bytes, encoding: str) -> HttpResponse:
+def _ingest(user: Any, decoded: Any, signal: Signal) -> IngestOutcome:
+    limits = Limits.current()
+    if signal is LOGS:
+        return otlp_logs_ingest(user=user, batch=request_log_records(decoded, limits=limits))
+    return otlp_spans_ingest(user=user, batch=request_spans(decoded, limits=limits))
+
+
+def _export(request: HttpRequest, body: bytes, encoding: str, signal: Signal) -> HttpResponse:
     """Authenticate, decode and store one export request (a worker thread: the ORM)."""
     user = _user(request)
-    limits = Limits.current()
     decoded = decode_request(
         body,
         encoding=encoding,
         content_encoding=request.headers.get("Content-Encoding", ""),
-        max_bytes=limits.max_body_bytes,
+        max_bytes=Limits.current().max_body_bytes,
+        signal=signal,
     )
-    outcome = otlp_spans_ingest(user=user, batch=request_spans(decoded, limits=limits))
+    outcome = _ingest(user, decoded, signal)
     logger.info(
-        "otlp_spans_ingested",
+        "otlp_ingested",
+        items=signal.items,
         accepted=outcome.accepted,
         rejected=outcome.rejected,
         user_id=user.pk,
@@ -79,7 +91,9 @@ def _export(request: HttpRequest, body: bytes, encoding: str) -> HttpResponse:
         status = HTTPStatus.FORBIDDEN if outcome.only_foreign else HTTPStatus.BAD_REQUEST
         raise OtlpError(status, outcome.message)
     return HttpResponse(
-        success_body(rejected=outcome.rejected, message=outcome.message, encoding=encoding),
+        success_body(
+            rejected=outcome.rejected, message=outcome.message, encoding=encoding, signal=signal
+        ),
         content_type=encoding,
     )
 
@@ -95,18 +109,12 @@ def _answer(error: OtlpError, encoding: str) -> HttpResponse:
     return response
 
 
-@csrf_exempt  # authenticated by a token header alone: no cookie, so no cross-site forgery
-@login_not_required
-async def otlp_traces(request: HttpRequest) -> HttpResponse:
-    """Take an ``ExportTraceServiceRequest``. 200 with an ``ExportTraceServiceResponse``
-    (``partial_success`` naming the rejected spans when some were); otherwise a
-    ``google.rpc.Status``: 400 (undecodable, or every span rejected), 401, 403 (every span
-    for other users' traces), 405, 413, 415, 503 (the database; retry)."""
+async def _receive(request: HttpRequest, signal: Signal) -> HttpResponse:
     content_type = request.headers.get("Content-Type", "")
     answer_encoding = JSON if content_type.lower().startswith(JSON) else PROTOBUF
     try:
         if request.method != "POST":
-            raise OtlpError(HTTPStatus.METHOD_NOT_ALLOWED, "Send the spans with POST.")
+            raise OtlpError(HTTPStatus.METHOD_NOT_ALLOWED, f"Send the {signal.items} with POST.")
         encoding = encoding_of(content_type)
         try:
             body = request.body
@@ -115,12 +123,31 @@ async def otlp_traces(request: HttpRequest) -> HttpResponse:
                 HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
                 "The request body is larger than the server accepts (MAX_REQUEST_BYTES).",
             ) from exc
-        return await sync_to_async(_export)(request, body, encoding)
+        return await sync_to_async(_export)(request, body, encoding, signal)
     except OtlpError as error:
         return _answer(error, answer_encoding)
     except DatabaseError:
-        logger.exception("otlp_ingest_failed")
+        logger.exception("otlp_ingest_failed", items=signal.items)
         return _answer(
             OtlpError(HTTPStatus.SERVICE_UNAVAILABLE, "The trace store is unavailable; retry."),
             answer_encoding,
         )
+
+
+@csrf_exempt  # authenticated by a token header alone: no cookie, so no cross-site forgery
+@login_not_required
+async def otlp_traces(request: HttpRequest) -> HttpResponse:
+    """Take an ``ExportTraceServiceRequest``. 200 with an ``ExportTraceServiceResponse``
+    (``partial_success`` naming the rejected spans when some were); otherwise a
+    ``google.rpc.Status``: 400 (undecodable, or every span rejected), 401, 403 (every span
+    for other users' traces), 405, 413, 415, 503 (the database; retry)."""
+    return await _receive(request, TRACES)
+
+
+@csrf_exempt
+@login_not_required
+async def otlp_logs(request: HttpRequest) -> HttpResponse:
+    """Take an ``ExportLogsServiceRequest``: each log record joins the events of its span's
+    step. Answers as ``otlp_traces`` does, with an ``ExportLogsServiceResponse``
+    (``rejected_log_records``: those that name no span among them)."""
+    return await _receive(request, LOGS)

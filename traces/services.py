@@ -1,4 +1,5 @@
-"""Writes of the traces app that are more than one store call: OTLP spans into traces.
+"""Writes of the traces app that are more than one store call: OTLP spans and log records into
+traces.
 
 The trace store (``traces.store``) stays the only writer of traces and steps; this module
 decides which of them a request's spans may go into.
@@ -7,7 +8,10 @@ decides which of them a request's spans may go into.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+import uuid
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 import structlog
@@ -15,28 +19,31 @@ from django.db import transaction
 
 from devassist.exceptions import DomainError
 from traces.exceptions import TraceNotFromOtlp, TraceOfAnotherUser
-from traces.models import OTEL_METADATA_KEY, Trace, TraceMode
-from traces.otlp import SpanBatch
-from traces.store import get_trace_store
+from traces.models import OTEL_METADATA_KEY, PendingLogEvents, Step, Trace, TraceMode
+from traces.otlp import Refusals, SpanBatch
+from traces.otlp_logs import LogBatch, with_log_events
+from traces.store import StepCreate, get_trace_store
 
 logger = structlog.get_logger(__name__)
 
 
 @dataclass(frozen=True)
 class IngestOutcome:
-    """How many of a request's spans were stored and refused, why (the first reasons), and
-    whether every refusal was a trace of someone else's."""
+    """How many of a request's items (spans, log records) were stored and refused, why (the
+    first reasons), and whether every refusal was a trace of someone else's."""
 
     accepted: int
     rejected: int
     reasons: list[str]
     only_foreign: bool
+    #: What an item is called (``span``, ``log record``).
+    item: str = "span"
 
     @property
     def message(self) -> str:
         if not self.rejected:
             return ""
-        return f"{self.rejected} span(s) rejected: " + "; ".join(self.reasons)
+        return f"{self.rejected} {self.item}(s) rejected: " + "; ".join(self.reasons)
 
 
 def _owned_otlp_trace(stored: Trace, *, user: Any) -> None:
@@ -49,11 +56,36 @@ def _owned_otlp_trace(stored: Trace, *, user: Any) -> None:
         )
 
 
+def _new_otlp_trace(
+    trace_id: uuid.UUID, *, user: Any, service: str, resource: dict[str, Any], task: str = ""
+) -> Trace:
+    """The trace that OTLP data for an unknown ``trace_id`` opens, as ``user``'s."""
+    return Trace(
+        id=trace_id,
+        user=user,
+        mode=TraceMode.AGENT,
+        task=task,
+        agent_type=service,
+        metadata={OTEL_METADATA_KEY: {"trace_id": trace_id.hex, "resource": resource}},
+    )
+
+
+def _ingested(batch: Refusals, foreign: int, item: str) -> IngestOutcome:
+    return IngestOutcome(
+        accepted=batch.total - batch.rejected,
+        rejected=batch.rejected,
+        reasons=batch.reasons,
+        only_foreign=batch.rejected > 0 and foreign == batch.rejected,
+        item=item,
+    )
+
+
 def otlp_spans_ingest(*, user: Any, batch: SpanBatch) -> IngestOutcome:
     """Store ``batch`` (a request's spans, decoded by ``traces.otlp``) for ``user``: each
     trace's spans in one store write (one ``bulk_create`` of its steps), a trace that does not
     exist yet opened as ``user``'s, a trace whose root span came completed with it (and
-    named after the root's input and service).
+    named after the root's input and service). Log records that came before their span
+    (``PendingLogEvents``) join its step as it is stored.
 
     All in one transaction, the traces locked in id order (two requests never wait on each
     other in a circle). A trace the store refuses (another user's, one not recorded over
@@ -61,45 +93,104 @@ def otlp_spans_ingest(*, user: Any, batch: SpanBatch) -> IngestOutcome:
     traces are stored; anything else raises and nothing is stored. The refused spans are
     counted in ``batch`` (``SpanBatch.reject``)."""
     store = get_trace_store()
+    check = functools.partial(_owned_otlp_trace, user=user)
     foreign = 0
     with transaction.atomic():
         for trace_id in sorted(batch.traces):
             spans = batch.traces[trace_id]
-            new_trace = Trace(
-                id=trace_id,
+            new_trace = _new_otlp_trace(
+                trace_id,
                 user=user,
-                mode=TraceMode.AGENT,
+                service=spans.root_service or spans.service,
+                resource=spans.resource,
                 task=spans.task or "",
-                agent_type=spans.root_service or spans.service,
-                metadata={
-                    OTEL_METADATA_KEY: {
-                        "trace_id": spans.otel_trace_id,
-                        "resource": spans.resource,
-                    }
-                },
             )
             try:
                 store.open_or_add_sync(
                     new_trace,
                     spans.steps,
-                    check=functools.partial(_owned_otlp_trace, user=user),
+                    check=check,
+                    # Read under the trace's lock: a request of log records for the trace
+                    # has committed them, or waits.
+                    prepare=functools.partial(_with_waiting_log_events, trace_id),
                     complete=spans.complete,
                     total_duration_ms=spans.duration_ms,
                     task=spans.task,
                     agent_type=spans.root_service,
                 )
             except DomainError as exc:
-                batch.reject(len(spans.steps), f"trace {spans.otel_trace_id}: {exc.message}")
-                foreign += len(spans.steps) if isinstance(exc, TraceOfAnotherUser) else 0
-                logger.info(
-                    "otlp_trace_rejected",
-                    otel_trace_id=spans.otel_trace_id,
-                    code=exc.code,
-                    spans=len(spans.steps),
-                )
-    return IngestOutcome(
-        accepted=batch.total - batch.rejected,
-        rejected=batch.rejected,
-        reasons=batch.reasons,
-        only_foreign=batch.rejected > 0 and foreign == batch.rejected,
+                foreign += _refused(batch, exc, otel_trace_id=trace_id.hex, count=len(spans.steps))
+    return _ingested(batch, foreign, "span")
+
+
+def _refused(batch: Refusals, exc: DomainError, *, otel_trace_id: str, count: int) -> int:
+    """Count a trace's ``count`` items refused by the store; how many of them were refused
+    as someone else's."""
+    batch.reject(count, f"trace {otel_trace_id}: {exc.message}")
+    logger.info("otlp_trace_rejected", otel_trace_id=otel_trace_id, code=exc.code, items=count)
+    return count if isinstance(exc, TraceOfAnotherUser) else 0
+
+
+def _with_waiting_log_events(
+    trace_id: uuid.UUID, steps: Sequence[StepCreate]
+) -> Sequence[StepCreate]:
+    """``steps`` with the log record events that waited for them in their data; the waiting
+    rows go. The caller holds the trace's lock (``open_or_add_sync``'s ``prepare``)."""
+    waiting = list(
+        PendingLogEvents.objects.filter(trace_id=trace_id, step_id__in=[s.id for s in steps])
+        .order_by("pk")
+        .values_list("pk", "step_id", "events")
     )
+    if not waiting:
+        return steps
+    events: dict[uuid.UUID, list[dict[str, Any]]] = defaultdict(list)
+    for _, step_id, step_events in waiting:
+        events[step_id] += step_events
+    PendingLogEvents.objects.filter(pk__in=[pk for pk, _, _ in waiting]).delete()
+    return [
+        replace(step, data=with_log_events(step.data, events[step.id]))
+        if step.id in events
+        else step
+        for step in steps
+    ]
+
+
+def otlp_logs_ingest(*, user: Any, batch: LogBatch) -> IngestOutcome:
+    """Store ``batch`` (a request's log records, decoded by ``traces.otlp_logs``) for
+    ``user``: each record joins the events of its span's step (``with_log_events``), in one
+    store write per trace; the records of a span not stored yet wait for it
+    (``PendingLogEvents``). A trace that does not exist yet is opened as ``user``'s (its
+    spans fill it). One transaction, the traces locked in id order; a trace the store refuses
+    (another user's, one not recorded over OTLP) has all its records rejected and nothing
+    written, as ``otlp_spans_ingest`` does."""
+    store = get_trace_store()
+    check = functools.partial(_owned_otlp_trace, user=user)
+    foreign = 0
+    with transaction.atomic():
+        for trace_id in sorted(batch.traces):
+            logs = batch.traces[trace_id]
+            new_trace = _new_otlp_trace(
+                trace_id, user=user, service=logs.service, resource=logs.resource
+            )
+            try:
+                with transaction.atomic():
+                    store.open_or_add_sync(new_trace, [], check=check)
+                    stored = dict(
+                        Step.objects.filter(trace_id=trace_id, pk__in=list(logs.events))
+                        .order_by()
+                        .values_list("pk", "data")
+                    )
+                    if stored:
+                        updates = {
+                            step_id: {"data": with_log_events(data, logs.events[step_id])}
+                            for step_id, data in stored.items()
+                        }
+                        store.open_or_add_sync(new_trace, [], updates=updates, check=check)
+                    PendingLogEvents.objects.bulk_create(
+                        PendingLogEvents(trace_id=trace_id, step_id=step_id, events=events)
+                        for step_id, events in logs.events.items()
+                        if step_id not in stored
+                    )
+            except DomainError as exc:
+                foreign += _refused(batch, exc, otel_trace_id=trace_id.hex, count=logs.count)
+    return _ingested(batch, foreign, "log record")

@@ -161,7 +161,9 @@ class TraceStore(Protocol):
         trace: Trace,
         steps: Sequence[StepCreate],
         *,
+        updates: Mapping[uuid.UUID, dict[str, Any]] | None = None,
         check: Callable[[Trace], None] | None = None,
+        prepare: Callable[[Sequence[StepCreate]], Sequence[StepCreate]] | None = None,
         complete: str | None = None,
         total_duration_ms: int | None = None,
         task: str | None = None,
@@ -341,8 +343,8 @@ _TRACE_FIELDS = [
 
 class _Write:
     """One write to a locked trace: new steps, changes to steps, the trace's end. Only a
-    running trace's write makes events; a finished one takes late steps silently (its
-    ``trace_completed`` stays its last event).
+    running trace's write makes events; a finished one takes late steps and changes silently
+    (its ``trace_completed`` stays its last event).
 
     Everything is worked out in memory first (seq, depth, path, the rollups of new steps, the
     deltas of stored ones, the trace's counters, the events); ``save`` then stores it: one
@@ -634,6 +636,8 @@ class _Write:
         if step.id not in self.new_steps:
             self.changed[step.id] = step
             self._changed_fields.setdefault(step.id, set()).update(updated - _ROLLUP_FIELDS)
+        if not self.publish:
+            return step  # a finished trace's watchers are not told
         row = step_dict(step)
         shown = updated - {"data", "tool_facts"} | (
             {"data_preview"} if "data" in changes else set()
@@ -883,7 +887,9 @@ class OrmTraceStore:
         trace: Trace,
         steps: Sequence[StepCreate],
         *,
+        updates: Mapping[uuid.UUID, dict[str, Any]] | None = None,
         check: Callable[[Trace], None] | None = None,
+        prepare: Callable[[Sequence[StepCreate]], Sequence[StepCreate]] | None = None,
         complete: str | None = None,
         total_duration_ms: int | None = None,
         task: str | None = None,
@@ -894,16 +900,24 @@ class OrmTraceStore:
         and send them in pieces, in any order (OTLP).
 
         An existing trace is locked and given to ``check``, which raises to refuse the write
-        before anything is written (someone else's trace, say). ``complete`` (a final status)
+        before anything is written (someone else's trace, say). ``prepare``, when given, is
+        handed ``steps`` once the trace is locked (or stored) and returns the steps to add:
+        what waited for them under the trace's lock can join them. ``updates`` (step id →
+        changes, as ``update_step`` takes them) are applied after the steps are added, to a
+        finished trace too (its watchers are not told). ``complete`` (a final status)
         ends a running trace as ``complete_trace`` does, and ``task`` and ``agent_type``
         replace its task and agent type. A trace that is no longer running still takes the
         steps (late arrivals; ``complete``, ``task`` and ``agent_type`` are then ignored),
         without events: its ``trace_completed`` stays its last event, and its pages show them.
         The size of the batch is the caller's to bound. Raises what ``check`` raises, and
         ``InvalidParent``, ``StepIdConflict``, ``InvalidStep``, ``CostOutOfRange``,
-        ``InvalidInput`` (a status that is not final); a rejected write writes nothing."""
+        ``InvalidInput`` (a status that is not final), ``StepNotFound``; a rejected write
+        writes nothing."""
         if complete is not None:
             _check_final(complete)
+        updates = updates or {}
+        for changes in updates.values():
+            _check_changes(changes)
         with transaction.atomic():
             stored = _locked_trace_or_none(trace.id)
             if stored is None:
@@ -911,7 +925,9 @@ class OrmTraceStore:
             if stored is not trace and check is not None:
                 check(stored)
             write = _Write(stored)
-            batch = write.add(steps)
+            batch = write.add(prepare(steps) if prepare is not None else steps)
+            for step_id, changes in updates.items():
+                write.update(step_id, changes)
             running = stored.is_running
             if running:
                 for name, value in (("task", task), ("agent_type", agent_type)):

@@ -1,6 +1,7 @@
-"""OTLP test clients: spans made by the real OpenTelemetry SDK, encoded by its own OTLP
-encoder as protobuf, or as OTLP/JSON (the proto's JSON mapping with hex ids and integer enums,
-as the OTLP specification writes it), and posted to DevAssist's ASGI application."""
+"""OTLP test clients: spans and log records made by the real OpenTelemetry SDK, encoded by its
+own OTLP encoders as protobuf, or as OTLP/JSON (the proto's JSON mapping with hex ids and
+integer enums, as the OTLP specification writes it), and posted to DevAssist's ASGI
+application."""
 
 from __future__ import annotations
 
@@ -11,12 +12,18 @@ from typing import Any
 
 import httpx
 from google.protobuf import json_format
+from google.protobuf.message import Message
 from opentelemetry import trace as otel_trace
+from opentelemetry._logs import Logger
+from opentelemetry.exporter.otlp.proto.common._log_encoder import encode_logs
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceResponse
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
+from opentelemetry.sdk._logs import LoggerProvider, ReadableLogRecord
+from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogRecordProcessor
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -47,6 +54,32 @@ def sdk_spans(
     return list(exporter.get_finished_spans())
 
 
+def sdk_spans_and_logs(
+    build: Callable[[otel_trace.Tracer, Logger], Any], *, service: str = "test-agent"
+) -> tuple[list[ReadableSpan], list[ReadableLogRecord]]:
+    """The spans and log records ``build`` makes with a tracer and a logger of fresh SDK
+    providers (a record emitted inside a span names it), each in the order they ended or
+    were emitted."""
+    provider, exporter = recording_provider(service)
+    logs = InMemoryLogRecordExporter()
+    logger_provider = LoggerProvider(
+        resource=Resource.create({"service.name": service}), shutdown_on_exit=False
+    )
+    logger_provider.add_log_record_processor(SimpleLogRecordProcessor(logs))
+    build(provider.get_tracer("tests.otlp", "1.0"), logger_provider.get_logger("tests.otlp"))
+    provider.shutdown()
+    logger_provider.shutdown()
+    return list(exporter.get_finished_spans()), list(logs.get_finished_logs())
+
+
+def logs_body(records: Sequence[ReadableLogRecord]) -> bytes:
+    return encode_logs(records).SerializeToString()
+
+
+def logs_json_body(records: Sequence[ReadableLogRecord]) -> bytes:
+    return json.dumps(json_document(encode_logs(records))).encode()
+
+
 def export_request(spans: Sequence[ReadableSpan]) -> ExportTraceServiceRequest:
     return encode_spans(spans)
 
@@ -71,7 +104,7 @@ def hex_ids(value: Any) -> Any:
     return value
 
 
-def json_document(request: ExportTraceServiceRequest) -> dict[str, Any]:
+def json_document(request: Message) -> dict[str, Any]:
     return hex_ids(json_format.MessageToDict(request, use_integers_for_enums=True))
 
 
@@ -90,9 +123,11 @@ async def post_otlp(
     content_type: str = PROTOBUF,
     headers: dict[str, str] | None = None,
     header: str = "authorization",
+    path: str = "/v1/traces",
 ) -> httpx.Response:
-    """POST ``body`` to ``/v1/traces`` through the ASGI application, as daphne serves it,
-    with ``token`` as a bearer token (or as ``x-api-key`` with ``header="x-api-key"``)."""
+    """POST ``body`` to ``path`` (``/v1/traces``, ``/v1/logs``) through the ASGI application,
+    as daphne serves it, with ``token`` as a bearer token (or as ``x-api-key`` with
+    ``header="x-api-key"``)."""
     from devassist.asgi import application
 
     sent = {"Content-Type": content_type, **(headers or {})}
@@ -103,7 +138,7 @@ async def post_otlp(
     async with httpx.AsyncClient(
         transport=httpx.ASGITransport(app=application), base_url="http://127.0.0.1", timeout=60
     ) as client:
-        return await client.post("/v1/traces", content=body, headers=sent)
+        return await client.post(path, content=body, headers=sent)
 
 
 def partial_success(response: httpx.Response) -> tuple[int, str]:
@@ -114,3 +149,13 @@ def partial_success(response: httpx.Response) -> tuple[int, str]:
     answer = ExportTraceServiceResponse()
     answer.ParseFromString(response.content)
     return answer.partial_success.rejected_spans, answer.partial_success.error_message
+
+
+def logs_partial_success(response: httpx.Response) -> tuple[int, str]:
+    """``(rejected_log_records, error_message)`` of a 200 answer, in either encoding."""
+    if response.headers["content-type"].startswith(JSON):
+        body = response.json().get("partialSuccess", {})
+        return int(body.get("rejectedLogRecords", 0)), body.get("errorMessage", "")
+    answer = ExportLogsServiceResponse()
+    answer.ParseFromString(response.content)
+    return answer.partial_success.rejected_log_records, answer.partial_success.error_message

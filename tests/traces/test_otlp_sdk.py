@@ -1,16 +1,22 @@
 """The real OpenTelemetry SDK exporting to DevAssist under daphne: an agent instrumented with
 the SDK is pointed at DevAssist by the two standard variables (``OTEL_EXPORTER_OTLP_ENDPOINT``
 and ``OTEL_EXPORTER_OTLP_HEADERS``), through the SDK's ``BatchSpanProcessor`` and OTLP/HTTP
-exporter (protobuf, gzip); OTLP/JSON posted by a plain HTTP client; and the parts of two traces
-sent at once over many connections, as a Collector's parallel exporters send them."""
+exporter (protobuf, gzip); OTLP/JSON posted by a plain HTTP client; the parts of two traces
+sent at once over many connections, as a Collector's parallel exporters send them; and an agent
+process instrumented by OpenTelemetry's own OpenAI instrumentation, whose prompts and answers
+are log records."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import uuid
 from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from http import HTTPStatus
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -23,6 +29,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace import Tracer
 
 from devassist.tokens import api_token_create
+from tests.agent.fake_openai import FakeOpenAI
 from tests.traces.otlp_clients import (
     JSON,
     PROTOBUF,
@@ -194,3 +201,57 @@ def test_parts_of_two_traces_sent_at_once_over_many_connections(app_server, user
         assert checked_size(root, parents, seen, parent=None, depth=0) == 65
         assert set(seen.values()) == {1}
         assert not Step.objects.filter(trace=trace, pending_parent_id__isnull=False).exists()
+
+
+@pytest.mark.parametrize(
+    ("semconv", "capture"), [("", "true"), ("gen_ai_latest_experimental", "event_only")]
+)
+def test_openai_s_own_instrumentation_shows_what_the_model_was_asked_and_answered(
+    app_server, user, client, semconv, capture
+):
+    """The instrumentation records a model call's messages as log records only (events of the
+    conventions up to 1.36 by default; one ``operation.details`` event with the later ones):
+    pointed at DevAssist by the standard variables, the call's step shows them."""
+    _, token = api_token_create(user=user, name="openai-agent")
+    with FakeOpenAI() as model:
+        model.script(["Rain <b>all</b> day."])
+        agent = subprocess.run(
+            [sys.executable, "-m", "tests.traces.openai_agent"],
+            cwd=Path(__file__).resolve().parents[2],
+            env={
+                **os.environ,
+                "OTEL_EXPORTER_OTLP_ENDPOINT": app_server,
+                "OTEL_EXPORTER_OTLP_HEADERS": f"Authorization=Bearer%20{token}",
+                "OTEL_SERVICE_NAME": "weather-agent",
+                "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": capture,
+                "OTEL_SEMCONV_STABILITY_OPT_IN": semconv,
+                "OPENAI_BASE_URL": model.base_url,
+                "OPENAI_API_KEY": "test-key",
+            },
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    assert agent.returncode == 0, agent.stderr
+    trace = Trace.objects.get(user=user)
+    assert (trace.agent_type, trace.status) == ("weather-agent", TraceStatus.COMPLETED)
+    (root,) = trace_tree(trace=trace)
+    assert root["name"] == "weather agent"
+    assert [c["name"] for c in root["children"]] == ["chat gpt-4o"]
+    chat = Step.objects.get(trace=trace, name="chat gpt-4o")
+    if semconv:
+        asked = [part["content"] for m in chat.data["input"] for part in m["parts"]]
+        (answer,) = chat.data["output"][0]["parts"]
+        answered = answer["content"]
+    else:
+        asked = [m["content"] for m in chat.data["input"]]
+        answered = chat.data["output"][0]["content"]
+    assert asked == ["Be brief.", "Weather in Paris?"]
+    assert answered == "Rain <b>all</b> day."
+    client.force_login(user)
+    page = client.get(f"/traces/{trace.id}/steps/{chat.id}/")
+    assert page.status_code == HTTPStatus.OK
+    assert "Weather in Paris?" in page.content.decode()
+    assert "Rain &lt;b&gt;all&lt;/b&gt; day." in page.content.decode()
+    assert "<b>all</b>" not in page.content.decode()

@@ -269,9 +269,10 @@ def test_a_batch_with_moves_costs_a_fixed_number_of_queries(user, django_assert_
 
 
 def test_an_otlp_request_costs_the_same_queries_whatever_its_size(user, django_assert_num_queries):
-    """A request's writes per trace: the lock, the look-up of re-sent and waiting steps, the
-    trace row, the rollups, one insert of the steps, one of the moved steps' events, one
-    update for the moves (savepoints around each), whatever the number of spans."""
+    """A request's writes per trace: the lock, the log records waiting for its spans, the
+    look-up of re-sent and waiting steps, the trace row, the rollups, one insert of the
+    steps, one of the moved steps' events, one update for the moves (savepoints around each),
+    whatever the number of spans."""
     from tests.traces.otlp_clients import export_request, sdk_spans
     from traces.otlp import Limits, request_spans
     from traces.services import otlp_spans_ingest
@@ -295,13 +296,13 @@ def test_an_otlp_request_costs_the_same_queries_whatever_its_size(user, django_a
         leaves = [s for s in spans if s.name.startswith("leaf")]
         parents = [s for s in spans if not s.name.startswith("leaf")]
         # The leaves first (a new trace: its row is inserted in a savepoint of its own)...
-        with django_assert_num_queries(11):
+        with django_assert_num_queries(12):
             outcome = otlp_spans_ingest(
                 user=user, batch=request_spans(export_request(leaves), limits=limits)
             )
         assert outcome.accepted == 10 * fanout
         # ...then their parents and the root: ten groups adopt their leaves, the root them.
-        with django_assert_num_queries(10):
+        with django_assert_num_queries(11):
             outcome = otlp_spans_ingest(
                 user=user, batch=request_spans(export_request(parents), limits=limits)
             )

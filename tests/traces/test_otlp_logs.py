@@ -1,0 +1,387 @@
+"""OTLP/HTTP log ingestion at /v1/logs through the ASGI application: log records made by the
+real OpenTelemetry SDK (protobuf, or OTLP/JSON) join their spans' steps as events, before or
+after the spans themselves; the GenAI conventions' message events become the model call's
+input and output; bad input is refused as for spans."""
+
+from __future__ import annotations
+
+import uuid
+from http import HTTPStatus
+from typing import Any
+
+import pytest
+from asgiref.sync import sync_to_async
+from channels.testing import WebsocketCommunicator
+from opentelemetry import trace as otel_trace
+from opentelemetry._logs import Logger
+
+from devassist.asgi import application
+from tests.traces.otlp_clients import (
+    JSON,
+    PROTOBUF,
+    gzipped,
+    logs_body,
+    logs_json_body,
+    logs_partial_success,
+    post_otlp,
+    protobuf_body,
+    sdk_spans_and_logs,
+)
+from tests.traces.test_otlp_ingest import rpc_status, step_of, token_for, trace_of
+from traces.models import PendingLogEvents, Step, StepType, Trace, TraceStatus
+from traces.otlp_logs import with_log_events
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+GENAI = {"gen_ai.system": "openai"}
+
+
+def legacy_chat(tracer: otel_trace.Tracer, logger: Logger) -> None:
+    """An agent whose model call is recorded as ``opentelemetry-instrumentation-openai-v2``
+    records it by default: a ``chat`` span, and what was asked and answered as log records
+    emitted inside it."""
+    with (
+        tracer.start_as_current_span(
+            "invoke_agent weather", attributes={"gen_ai.operation.name": "invoke_agent"}
+        ),
+        tracer.start_as_current_span(
+            "chat gpt-4o",
+            attributes={
+                "gen_ai.operation.name": "chat",
+                "gen_ai.request.model": "gpt-4o",
+                "gen_ai.usage.input_tokens": 6,
+                "gen_ai.usage.output_tokens": 3,
+            },
+        ),
+    ):
+        logger.emit(
+            event_name="gen_ai.system.message", body={"content": "Be brief."}, attributes=GENAI
+        )
+        logger.emit(
+            event_name="gen_ai.user.message",
+            body={"content": "Weather in Paris?"},
+            attributes=GENAI,
+        )
+        logger.emit(
+            event_name="gen_ai.choice",
+            body={
+                "index": 0,
+                "finish_reason": "stop",
+                "message": {"role": "assistant", "content": "Rain <b>all</b> day."},
+            },
+            attributes=GENAI,
+        )
+
+
+LEGACY_INPUT = [
+    {"role": "system", "content": "Be brief."},
+    {"role": "user", "content": "Weather in Paris?"},
+]
+LEGACY_OUTPUT = [
+    {"role": "assistant", "content": "Rain <b>all</b> day.", "finish_reason": "stop", "index": 0}
+]
+
+
+@sync_to_async
+def chat_step(spans: list[Any]) -> Step:
+    (chat,) = [s for s in spans if s.name == "chat gpt-4o"]
+    return Step.objects.get(pk=step_of(chat))
+
+
+@sync_to_async
+def waiting_rows() -> int:
+    return PendingLogEvents.objects.count()
+
+
+@pytest.mark.parametrize("encoding", [PROTOBUF, JSON])
+async def test_log_records_sent_before_their_span_join_its_step(user, encoding):
+    spans, records = sdk_spans_and_logs(legacy_chat)
+    token = await token_for(user)
+    body = logs_body(records) if encoding == PROTOBUF else logs_json_body(records)
+    response = await post_otlp(body, token=token, content_type=encoding, path="/v1/logs")
+    assert response.status_code == HTTPStatus.OK, response.text
+    assert response.headers["content-type"] == encoding
+    assert logs_partial_success(response) == (0, "")
+    # The trace is opened, as the token's, and the records wait for their span.
+    trace = await Trace.objects.aget(pk=trace_of(spans))
+    assert (trace.user_id, trace.status, trace.is_otlp) == (user.id, TraceStatus.RUNNING, True)
+    assert await waiting_rows() == 1
+
+    response = await post_otlp(protobuf_body(spans), token=token)
+    assert response.status_code == HTTPStatus.OK
+    step = await chat_step(spans)
+    assert step.step_type == StepType.THOUGHT
+    assert step.data["input"] == LEGACY_INPUT
+    assert step.data["output"] == LEGACY_OUTPUT
+    assert [e["name"] for e in step.data["events"]] == [
+        "gen_ai.system.message",
+        "gen_ai.user.message",
+        "gen_ai.choice",
+    ]
+    # Their content moved to the input and output: each event keeps its name, time and
+    # attributes, and says it came from a log record.
+    assert all("body" not in e and e["source"] == "log" for e in step.data["events"])
+    assert step.data["events"][0]["attributes"] == GENAI
+    assert step.data["otel_span"]["from_logs"] == ["input", "output"]
+    assert "Weather in Paris?" in step.data_preview
+    assert await waiting_rows() == 0
+    trace = await Trace.objects.aget(pk=trace.pk)
+    assert (trace.status, trace.total_steps, trace.total_tokens) == (TraceStatus.COMPLETED, 2, 9)
+
+
+async def test_log_records_sent_after_their_span_update_its_step(user):
+    spans, records = sdk_spans_and_logs(legacy_chat)
+    token = await token_for(user)
+    assert (await post_otlp(protobuf_body(spans), token=token)).status_code == HTTPStatus.OK
+    trace = await Trace.objects.aget(pk=trace_of(spans))
+    assert trace.status == TraceStatus.COMPLETED
+    # One request per record, as a batch processor may send them.
+    for record in records:
+        response = await post_otlp(logs_body([record]), token=token, path="/v1/logs")
+        assert response.status_code == HTTPStatus.OK
+    step = await chat_step(spans)
+    assert step.data["input"] == LEGACY_INPUT
+    assert step.data["output"] == LEGACY_OUTPUT
+    assert len(step.data["events"]) == 3
+    assert "Weather in Paris?" in step.data_preview
+    assert await waiting_rows() == 0
+    # A finished trace takes them silently: no events after its trace_completed.
+    after = await Trace.objects.aget(pk=trace.pk)
+    assert (after.status, after.last_seq) == (TraceStatus.COMPLETED, trace.last_seq)
+
+
+async def test_log_records_of_a_running_trace_reach_its_watchers(user, layer):
+    spans, records = sdk_spans_and_logs(legacy_chat)
+    chat, _root = spans
+    token = await token_for(user)
+    assert (await post_otlp(protobuf_body([chat]), token=token)).status_code == HTTPStatus.OK
+    watcher = WebsocketCommunicator(
+        application,
+        f"/api/traces/{trace_of(spans)}/watch",
+        headers=[(b"authorization", f"Bearer {token}".encode())],
+    )
+    connected, _ = await watcher.connect()
+    assert connected
+    try:
+        assert (await watcher.receive_json_from(timeout=10))["event"] == "connected"
+        response = await post_otlp(logs_body(records), token=token, path="/v1/logs")
+        assert response.status_code == HTTPStatus.OK
+        updated = await watcher.receive_json_from(timeout=10)
+        assert updated["event"] == "step_updated"
+        assert updated["step_id"] == str(step_of(chat))
+        assert "Weather in Paris?" in updated["updates"]["data_preview"]
+    finally:
+        await watcher.disconnect()
+
+
+def operation_details(tracer: otel_trace.Tracer, logger: Logger) -> None:
+    """The later conventions (``OTEL_SEMCONV_STABILITY_OPT_IN=gen_ai_latest_experimental``
+    with content as events): one ``gen_ai.client.inference.operation.details`` record with
+    the messages as structured attributes."""
+    with tracer.start_as_current_span("chat gpt-4o", attributes={"gen_ai.operation.name": "chat"}):
+        logger.emit(
+            event_name="gen_ai.client.inference.operation.details",
+            attributes={
+                "gen_ai.operation.name": "chat",
+                "gen_ai.input.messages": (
+                    {"role": "user", "parts": ({"type": "text", "content": "Paris?"},)},
+                ),
+                "gen_ai.output.messages": (
+                    {
+                        "role": "assistant",
+                        "parts": ({"type": "text", "content": "Rain."},),
+                        "finish_reason": "stop",
+                    },
+                ),
+            },
+        )
+
+
+async def test_the_later_conventions_details_event_gives_the_messages(user):
+    spans, records = sdk_spans_and_logs(operation_details)
+    token = await token_for(user)
+    assert (await post_otlp(protobuf_body(spans), token=token)).status_code == HTTPStatus.OK
+    response = await post_otlp(logs_body(records), token=token, path="/v1/logs")
+    assert response.status_code == HTTPStatus.OK
+    step = await chat_step(spans)
+    assert step.data["input"] == [
+        {"role": "user", "parts": [{"type": "text", "content": "Paris?"}]}
+    ]
+    assert step.data["output"][0]["parts"] == [{"type": "text", "content": "Rain."}]
+    (event,) = step.data["events"]
+    assert event["name"] == "gen_ai.client.inference.operation.details"
+    assert event["attributes"] == {"gen_ai.operation.name": "chat"}
+
+
+async def test_plain_log_records_in_a_span_are_its_events(user):
+    def logging_tool(tracer: otel_trace.Tracer, logger: Logger) -> None:
+        with tracer.start_as_current_span("fetch page"):
+            logger.emit(body="cache miss", severity_text="WARN", attributes={"url": "/a"})
+
+    spans, records = sdk_spans_and_logs(logging_tool)
+    token = await token_for(user)
+    response = await post_otlp(
+        gzipped(logs_body(records)),
+        token=token,
+        path="/v1/logs",
+        headers={"Content-Encoding": "gzip"},
+    )
+    assert response.status_code == HTTPStatus.OK
+    await post_otlp(protobuf_body(spans), token=token)
+    step = await Step.objects.aget(pk=step_of(spans[0]))
+    (event,) = step.data["events"]
+    assert {k: event[k] for k in ("name", "body", "severity", "attributes", "source")} == {
+        "name": "log",
+        "body": "cache miss",
+        "severity": "WARN",
+        "attributes": {"url": "/a"},
+        "source": "log",
+    }
+    assert "input" not in step.data
+
+
+# --- the merge ----------------------------------------------------------------------------------
+
+
+def test_a_span_s_own_messages_stand_and_the_record_keeps_its_content():
+    data = {"input": [{"role": "user", "content": "from the span"}], "events": []}
+    event = {
+        "name": "gen_ai.user.message",
+        "time": "2026-12-05T10:00:00.000000Z",
+        "attributes": {},
+        "body": {"content": "from the record"},
+        "source": "log",
+    }
+    merged = with_log_events(data, [event])
+    assert merged["input"] == [{"role": "user", "content": "from the span"}]
+    assert merged["events"] == [event]
+    assert "otel_span" not in merged
+
+
+def test_records_of_several_requests_append_in_order_among_the_span_s_events():
+    span_event = {"name": "retry", "time": "2026-12-05T10:00:01.000000Z", "attributes": {}}
+    data = {"events": [span_event], "otel_span": {"span_id": "ab"}}
+
+    def user_says(text: str, second: int) -> dict[str, Any]:
+        return {
+            "name": "gen_ai.user.message",
+            "time": f"2026-12-05T10:00:0{second}.000000Z",
+            "attributes": {},
+            "body": {"content": text},
+            "source": "log",
+        }
+
+    first = with_log_events(data, [user_says("one", 0)])
+    both = with_log_events(first, [user_says("two", 2)])
+    assert both["input"] == [{"role": "user", "content": "one"}, {"role": "user", "content": "two"}]
+    assert [e["name"] for e in both["events"]] == [
+        "gen_ai.user.message",
+        "retry",
+        "gen_ai.user.message",
+    ]
+    assert both["otel_span"] == {"span_id": "ab", "from_logs": ["input"]}
+    assert data == {"events": [span_event], "otel_span": {"span_id": "ab"}}  # not changed
+
+
+# --- bad input ----------------------------------------------------------------------------------
+
+
+def no_span(tracer: otel_trace.Tracer, logger: Logger) -> None:
+    logger.emit(body="outside any span")
+    with tracer.start_as_current_span("inside"):
+        logger.emit(body="inside a span")
+
+
+async def test_records_that_name_no_span_are_rejected_the_others_kept(user):
+    _spans, records = sdk_spans_and_logs(no_span)
+    response = await post_otlp(logs_body(records), token=await token_for(user), path="/v1/logs")
+    assert response.status_code == HTTPStatus.OK
+    rejected, message = logs_partial_success(response)
+    assert rejected == 1
+    assert "1 log record(s) rejected" in message
+    assert "names no span" in message
+    assert await waiting_rows() == 1
+
+
+async def test_a_request_whose_every_record_names_no_span_is_400(user):
+    _, records = sdk_spans_and_logs(no_span)
+    response = await post_otlp(logs_body(records[:1]), token=await token_for(user), path="/v1/logs")
+    assert response.status_code == HTTPStatus.BAD_REQUEST
+    assert "names no span" in rpc_status(response)[1]
+    assert not await Trace.objects.aexists()
+
+
+async def test_records_for_another_users_trace_are_refused_and_it_is_left_untouched(
+    user, other_user
+):
+    spans, records = sdk_spans_and_logs(legacy_chat)
+    assert (await post_otlp(protobuf_body(spans), token=await token_for(user))).status_code == 200
+    before = await chat_step(spans)
+    response = await post_otlp(
+        logs_body(records), token=await token_for(other_user), path="/v1/logs"
+    )
+    assert response.status_code == HTTPStatus.FORBIDDEN
+    assert rpc_status(response)[0] == 7  # PERMISSION_DENIED
+    after = await chat_step(spans)
+    assert after.data == before.data
+    assert await waiting_rows() == 0
+
+
+async def test_a_trace_recorded_another_way_takes_no_log_records(user):
+    spans, records = sdk_spans_and_logs(legacy_chat)
+    await sync_to_async(Trace.objects.create)(id=trace_of(spans), user=user, task="API trace")
+    response = await post_otlp(logs_body(records), token=await token_for(user), path="/v1/logs")
+    assert response.status_code == HTTPStatus.BAD_REQUEST
+    assert "not recorded over OTLP" in rpc_status(response)[1]
+    assert await waiting_rows() == 0
+
+
+async def test_log_bodies_are_checked_as_span_bodies_are(user, settings):
+    token = await token_for(user)
+    for body, headers, status in (
+        (b"\xff\xff\xff\xff", {}, HTTPStatus.BAD_REQUEST),
+        (b"x", {"Content-Encoding": "br"}, HTTPStatus.UNSUPPORTED_MEDIA_TYPE),
+    ):
+        response = await post_otlp(body, token=token, headers=headers, path="/v1/logs")
+        assert response.status_code == status
+    assert (await post_otlp(b"", token=None, path="/v1/logs")).status_code == 401
+    settings.OTLP_MAX_SPANS = 2
+    _, records = sdk_spans_and_logs(legacy_chat)
+    response = await post_otlp(logs_body(records), token=token, path="/v1/logs")
+    assert response.status_code == HTTPStatus.REQUEST_ENTITY_TOO_LARGE
+    assert "3 log records" in rpc_status(response)[1]
+    assert "OTEL_BLRP_MAX_EXPORT_BATCH_SIZE" in rpc_status(response)[1]
+    assert not await Trace.objects.aexists()
+
+
+async def test_a_record_past_the_limits_is_rejected(user, settings):
+    settings.OTLP_MAX_VALUE_CHARS = 40  # the resource's values are shorter
+
+    def long_body(tracer: otel_trace.Tracer, logger: Logger) -> None:
+        with tracer.start_as_current_span("step"):
+            logger.emit(body="x" * 41)
+            logger.emit(body="short")
+
+    _, records = sdk_spans_and_logs(long_body)
+    response = await post_otlp(logs_body(records), token=await token_for(user), path="/v1/logs")
+    assert response.status_code == HTTPStatus.OK
+    rejected, message = logs_partial_success(response)
+    assert rejected == 1
+    assert "41 characters" in message
+
+
+async def test_a_record_whose_trace_is_new_opens_it_once(user):
+    """Two requests of records for one new trace: one trace, both waiting rows."""
+    spans, records = sdk_spans_and_logs(legacy_chat)
+    token = await token_for(user)
+    for record in records[:2]:
+        response = await post_otlp(logs_body([record]), token=token, path="/v1/logs")
+        assert response.status_code == HTTPStatus.OK
+    assert await Trace.objects.acount() == 1
+    assert await waiting_rows() == 2
+    await post_otlp(protobuf_body(spans), token=token)
+    step = await chat_step(spans)
+    assert step.data["input"] == LEGACY_INPUT
+    assert "output" not in step.data
+    assert await waiting_rows() == 0
+    assert (await Trace.objects.aget(pk=uuid.UUID(int=spans[0].context.trace_id))).task
