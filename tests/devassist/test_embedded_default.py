@@ -121,8 +121,9 @@ def _otlp_span(trace_id: str, span_id: str, parent: str, name: str, start: int) 
 def test_embedded_default_takes_otlp_spans_sent_children_first(
     embedded_server: tuple[str, Path, str],
 ) -> None:
-    """An OTel agent pointed at `make run`: spans arrive children first, one request each, and
-    every waiting subtree moves under its parent with SQLite's forms of the path writes."""
+    """An OTel agent pointed at `make run`: a log record comes before its span, the spans
+    arrive children first, one request each, and every waiting subtree moves under its parent
+    with SQLite's forms of the path writes."""
     base_url, var_dir, _ = embedded_server
     env = {"DEVASSIST_VAR_DIR": str(var_dir), "DEBUG": "1", "LOG_LEVEL": "WARNING"}
     token = manage(env, "create_api_token", "demo").strip()
@@ -133,6 +134,22 @@ def test_embedded_default_takes_otlp_spans_sent_children_first(
     with httpx.Client(
         base_url=base_url, headers={"Authorization": f"Bearer {token}"}, timeout=10
     ) as client:
+        record = {
+            "timeUnixNano": str(start),
+            "eventName": "gen_ai.user.message",
+            "traceId": trace_id,
+            "spanId": ids["llm"],
+            "body": {
+                "kvlistValue": {
+                    "values": [{"key": "content", "value": {"stringValue": "Hello from a log"}}]
+                }
+            },
+        }
+        logged = client.post(
+            "/v1/logs", json={"resourceLogs": [{"scopeLogs": [{"logRecords": [record]}]}]}
+        )
+        assert logged.status_code == HTTPStatus.OK, logged.text
+        assert logged.json() == {}
         for offset, name in enumerate(["sub", "tool", "llm", "agent"]):
             body = {
                 "resourceSpans": [
@@ -169,3 +186,5 @@ def test_embedded_default_takes_otlp_spans_sent_children_first(
             break
         (node,) = node["children"]
     assert chain == [("agent", 0, 4, 1), ("llm", 1, 3, 1), ("tool", 2, 2, 1), ("sub", 3, 1, 0)]
+    (llm,) = tree["root_steps"][0]["children"]
+    assert '"input":[{"role":"user","content":"Hello from a log"}]' in llm["data_preview"]

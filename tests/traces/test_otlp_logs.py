@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
+from django.test import AsyncClient
 from opentelemetry import trace as otel_trace
 from opentelemetry._logs import Logger
 
@@ -106,6 +107,11 @@ async def test_log_records_sent_before_their_span_join_its_step(user, encoding):
     trace = await Trace.objects.aget(pk=trace_of(spans))
     assert (trace.user_id, trace.status, trace.is_otlp) == (user.id, TraceStatus.RUNNING, True)
     assert await waiting_rows() == 1
+    # Its pages show a running trace with no step yet.
+    browser = AsyncClient()
+    await browser.aforce_login(user)
+    for url in ("/traces/", f"/traces/{trace.id}/"):
+        assert (await browser.get(url)).status_code == HTTPStatus.OK
 
     response = await post_otlp(protobuf_body(spans), token=token)
     assert response.status_code == HTTPStatus.OK
