@@ -63,7 +63,7 @@ MESSAGES_ARGS := $(foreach l,$(LOCALES),--locale $(l)) --add-location file --no-
 	--ignore benchmarks --ignore tests
 
 .PHONY: run test lint format typecheck install lock clean model-venv model-server messages \
-	compilemessages
+	compilemessages otlp-grpc
 
 $(STAMP_RUN): requirements/run.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -117,6 +117,11 @@ run: $(RUN_STAMPS)
 		|| echo "warning: no sandbox image, code execution is unavailable (see docs/sandbox-image.md)"
 	@echo "DevAssist on http://$(HOST):$(PORT)/ (Ctrl+C stops it)"
 	$(RUN_ENV) $(BIN)/daphne -b $(HOST) -p $(PORT) devassist.asgi:application
+
+# OTLP/gRPC ingestion on 127.0.0.1:4317 (OTLP_GRPC_ADDRESS), beside `make run`, for agents whose
+# exporter speaks gRPC (docs/opentelemetry.md); serves until Ctrl+C.
+otlp-grpc: $(RUN_STAMPS)
+	$(RUN_ENV) $(BIN)/python manage.py otlp_grpc
 
 test: $(STAMP_DEV)
 	TEST_DATABASE_URL=$(TEST_DATABASE_URL) TEST_REDIS_URL=$(TEST_REDIS_URL) \

@@ -204,6 +204,8 @@ OTLP_MAX_SPANS = env_int("OTLP_MAX_SPANS", 10_000)
 OTLP_MAX_ATTRIBUTES = env_int("OTLP_MAX_ATTRIBUTES", 2_000)
 OTLP_MAX_EVENTS = env_int("OTLP_MAX_EVENTS", 1_000)
 OTLP_MAX_VALUE_CHARS = env_int("OTLP_MAX_VALUE_CHARS", 1_048_576)
+# OTLP/gRPC ingestion (``manage.py otlp_grpc``, a process of its own) listens here.
+OTLP_GRPC_ADDRESS = env_str("OTLP_GRPC_ADDRESS", "127.0.0.1:4317")
 
 # Docker engine for the sandbox and /healthz; empty means docker-py's default (DOCKER_HOST or
 # the local socket).

@@ -270,16 +270,21 @@ def _id_as_base64(text: str) -> str:
 # --- the answers ------------------------------------------------------------------------------
 
 
-def success_body(*, rejected: int, message: str, encoding: str, signal: Signal = TRACES) -> bytes:
-    """The ``signal``'s export response (``ExportTraceServiceResponse`` by default): empty
-    when every item was taken, with ``partial_success`` (``rejected_spans`` or
-    ``rejected_log_records``, ``error_message``) otherwise."""
+def success_response(*, rejected: int, message: str, signal: Signal) -> Any:
+    """The ``signal``'s export response (``ExportTraceServiceResponse``,
+    ``ExportLogsServiceResponse``): empty when every item was taken, with ``partial_success``
+    (``rejected_spans`` or ``rejected_log_records``, ``error_message``) otherwise."""
     response = signal.response()
     if rejected or message:
         response.partial_success.CopyFrom(
             signal.partial_success(**{signal.rejected_field: rejected, "error_message": message})
         )
-    return _encode(response, encoding)
+    return response
+
+
+def success_body(*, rejected: int, message: str, encoding: str, signal: Signal = TRACES) -> bytes:
+    """``success_response`` in ``encoding``."""
+    return _encode(success_response(rejected=rejected, message=message, signal=signal), encoding)
 
 
 def status_body(error: OtlpError, *, encoding: str) -> bytes:

@@ -31,12 +31,10 @@ from traces.otlp import (
     Signal,
     decode_request,
     encoding_of,
-    request_spans,
     status_body,
     success_body,
 )
-from traces.otlp_logs import request_log_records
-from traces.services import IngestOutcome, otlp_logs_ingest, otlp_spans_ingest
+from traces.services import IngestOutcome, otlp_export_ingest
 
 logger = structlog.get_logger(__name__)
 
@@ -49,9 +47,8 @@ def _token(request: HttpRequest) -> str:
     return request.headers.get("X-Api-Key", "").strip()
 
 
-def _user(request: HttpRequest) -> Any:
-    """The active user of the request's API token; ``OtlpError`` (401) without one."""
-    raw = _token(request)
+def token_user(raw: str) -> Any:
+    """The active user of the API token ``raw``; ``OtlpError`` (401) without one."""
     token = api_token_authenticate(raw=raw) if raw else None
     if token is None:
         raise OtlpError(
@@ -62,16 +59,18 @@ def _user(request: HttpRequest) -> Any:
     return token.user
 
 
-def _ingest(user: Any, decoded: Any, signal: Signal) -> IngestOutcome:
-    limits = Limits.current()
-    if signal is LOGS:
-        return otlp_logs_ingest(user=user, batch=request_log_records(decoded, limits=limits))
-    return otlp_spans_ingest(user=user, batch=request_spans(decoded, limits=limits))
+def refused_whole(outcome: IngestOutcome) -> OtlpError | None:
+    """The error of a request whose every item was refused (403 when each was for someone
+    else's trace), or None."""
+    if outcome.rejected and not outcome.accepted:
+        status = HTTPStatus.FORBIDDEN if outcome.only_foreign else HTTPStatus.BAD_REQUEST
+        return OtlpError(status, outcome.message)
+    return None
 
 
 def _export(request: HttpRequest, body: bytes, encoding: str, signal: Signal) -> HttpResponse:
     """Authenticate, decode and store one export request (a worker thread: the ORM)."""
-    user = _user(request)
+    user = token_user(_token(request))
     decoded = decode_request(
         body,
         encoding=encoding,
@@ -79,7 +78,7 @@ def _export(request: HttpRequest, body: bytes, encoding: str, signal: Signal) ->
         max_bytes=Limits.current().max_body_bytes,
         signal=signal,
     )
-    outcome = _ingest(user, decoded, signal)
+    outcome = otlp_export_ingest(user=user, request=decoded, signal=signal)
     logger.info(
         "otlp_ingested",
         items=signal.items,
@@ -87,9 +86,9 @@ def _export(request: HttpRequest, body: bytes, encoding: str, signal: Signal) ->
         rejected=outcome.rejected,
         user_id=user.pk,
     )
-    if outcome.rejected and not outcome.accepted:
-        status = HTTPStatus.FORBIDDEN if outcome.only_foreign else HTTPStatus.BAD_REQUEST
-        raise OtlpError(status, outcome.message)
+    error = refused_whole(outcome)
+    if error is not None:
+        raise error
     return HttpResponse(
         success_body(
             rejected=outcome.rejected, message=outcome.message, encoding=encoding, signal=signal

@@ -20,8 +20,8 @@ from django.db import transaction
 from devassist.exceptions import DomainError
 from traces.exceptions import TraceNotFromOtlp, TraceOfAnotherUser
 from traces.models import OTEL_METADATA_KEY, PendingLogEvents, Step, Trace, TraceMode
-from traces.otlp import Refusals, SpanBatch
-from traces.otlp_logs import LogBatch, with_log_events
+from traces.otlp import LOGS, Limits, Refusals, Signal, SpanBatch, request_spans
+from traces.otlp_logs import LogBatch, request_log_records, with_log_events
 from traces.store import StepCreate, get_trace_store
 
 logger = structlog.get_logger(__name__)
@@ -78,6 +78,16 @@ def _ingested(batch: Refusals, foreign: int, item: str) -> IngestOutcome:
         only_foreign=batch.rejected > 0 and foreign == batch.rejected,
         item=item,
     )
+
+
+def otlp_export_ingest(*, user: Any, request: Any, signal: Signal) -> IngestOutcome:
+    """Store a decoded OTLP export ``request`` of ``signal`` (spans or log records) for
+    ``user``, checked against the current limits: what both OTLP/HTTP and OTLP/gRPC do with a
+    request. Raises ``OtlpError`` (413) for a request of more items than a request may hold."""
+    limits = Limits.current()
+    if signal is LOGS:
+        return otlp_logs_ingest(user=user, batch=request_log_records(request, limits=limits))
+    return otlp_spans_ingest(user=user, batch=request_spans(request, limits=limits))
 
 
 def otlp_spans_ingest(*, user: Any, batch: SpanBatch) -> IngestOutcome:

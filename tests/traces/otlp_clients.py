@@ -17,7 +17,10 @@ from opentelemetry import trace as otel_trace
 from opentelemetry._logs import Logger
 from opentelemetry.exporter.otlp.proto.common._log_encoder import encode_logs
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
-from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceResponse
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
+    ExportLogsServiceRequest,
+    ExportLogsServiceResponse,
+)
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
@@ -72,8 +75,12 @@ def sdk_spans_and_logs(
     return list(exporter.get_finished_spans()), list(logs.get_finished_logs())
 
 
+def logs_request(records: Sequence[ReadableLogRecord]) -> ExportLogsServiceRequest:
+    return encode_logs(records)
+
+
 def logs_body(records: Sequence[ReadableLogRecord]) -> bytes:
-    return encode_logs(records).SerializeToString()
+    return logs_request(records).SerializeToString()
 
 
 def logs_json_body(records: Sequence[ReadableLogRecord]) -> bytes:

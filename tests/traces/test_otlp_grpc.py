@@ -1,0 +1,141 @@
+"""OTLP/gRPC ingestion (``manage.py otlp_grpc``): the real SDK's gRPC exporters, configured by
+the standard variables, send spans and log records to DevAssist's ``TraceService`` and
+``LogsService``; bad calls get gRPC's status codes; the command serves until SIGTERM."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import grpc
+import pytest
+from opentelemetry.exporter.otlp.proto.grpc._log_exporter import OTLPLogExporter
+from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2_grpc import LogsServiceStub
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2_grpc import TraceServiceStub
+from opentelemetry.sdk._logs.export import LogRecordExportResult
+from opentelemetry.sdk.trace.export import SpanExportResult
+
+from devassist.tokens import api_token_create
+from tests.browser import live_server_env
+from tests.servers import REPO, clean_env, free_port
+from tests.traces.otlp_clients import export_request, logs_request, sdk_spans, sdk_spans_and_logs
+from tests.traces.test_otlp_ingest import genai_agent, step_of, trace_of
+from tests.traces.test_otlp_logs import LEGACY_INPUT, LEGACY_OUTPUT, legacy_chat, no_span
+from traces.models import Step, Trace, TraceStatus
+from traces.otlp_grpc import otlp_grpc_server
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def receiver() -> Iterator[str]:
+    """DevAssist's OTLP/gRPC services on a free port of 127.0.0.1, as an endpoint URL."""
+    server, port = otlp_grpc_server("127.0.0.1:0", workers=2)
+    server.start()
+    yield f"http://127.0.0.1:{port}"
+    server.stop(None).wait()
+
+
+def token_of(user: Any) -> str:
+    return api_token_create(user=user, name="grpc")[1]
+
+
+def pointed_at(monkeypatch: pytest.MonkeyPatch, endpoint: str, headers: str) -> None:
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", headers)
+
+
+@pytest.mark.parametrize("header", ["authorization=Bearer%20{token}", "x-api-key={token}"])
+def test_an_agent_exporting_over_grpc_by_the_standard_variables_is_recorded(
+    receiver, monkeypatch, user, header
+):
+    pointed_at(monkeypatch, receiver, header.format(token=token_of(user)))
+    spans, records = sdk_spans_and_logs(legacy_chat)
+    # The log records first, as a batch processor's schedule often sends them.
+    logs = OTLPLogExporter(compression=grpc.Compression.Gzip)
+    assert logs.export(records) == LogRecordExportResult.SUCCESS
+    exporter = OTLPSpanExporter(compression=grpc.Compression.Gzip)
+    assert exporter.export(spans) == SpanExportResult.SUCCESS
+    logs.shutdown()
+    exporter.shutdown()
+
+    trace = Trace.objects.get(pk=trace_of(spans))
+    assert (trace.user_id, trace.status, trace.total_steps) == (user.id, TraceStatus.COMPLETED, 2)
+    chat = Step.objects.get(trace=trace, name="chat gpt-4o")
+    assert chat.data["input"] == LEGACY_INPUT
+    assert chat.data["output"] == LEGACY_OUTPUT
+    assert chat.tokens == 9
+
+
+def call(endpoint: str, stub_class: Any, request: Any, token: str | None) -> Any:
+    """One ``Export`` call; the response, or the ``grpc.RpcError`` it failed with."""
+    metadata = [("authorization", f"Bearer {token}")] if token else []
+    with grpc.insecure_channel(endpoint.removeprefix("http://")) as channel:
+        try:
+            return stub_class(channel).Export(request, metadata=metadata, timeout=30)
+        except grpc.RpcError as error:
+            return error
+
+
+def test_a_call_without_a_token_is_unauthenticated(receiver, user):
+    failed = call(receiver, TraceServiceStub, export_request(sdk_spans(genai_agent)), None)
+    assert failed.code() == grpc.StatusCode.UNAUTHENTICATED
+    assert "x-api-key" in failed.details()
+    wrong = call(receiver, TraceServiceStub, export_request(sdk_spans(genai_agent)), "da_x")
+    assert wrong.code() == grpc.StatusCode.UNAUTHENTICATED
+    assert not Trace.objects.exists()
+
+
+def test_bad_spans_are_partial_success_and_a_whole_bad_call_is_invalid(receiver, user):
+    token = token_of(user)
+    request = export_request(sdk_spans(genai_agent))
+    request.resource_spans[0].scope_spans[0].spans[0].trace_id = bytes(16)
+    answer = call(receiver, TraceServiceStub, request, token)
+    assert answer.partial_success.rejected_spans == 1
+    assert "all zeros" in answer.partial_success.error_message
+
+    _, records = sdk_spans_and_logs(no_span)
+    failed = call(receiver, LogsServiceStub, logs_request(records[:1]), token)
+    assert failed.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "names no span" in failed.details()
+
+
+def test_another_users_trace_is_permission_denied(receiver, user, other_user):
+    spans = sdk_spans(genai_agent)
+    call(receiver, TraceServiceStub, export_request(spans[:1]), token_of(user))
+    failed = call(receiver, TraceServiceStub, export_request(spans[1:]), token_of(other_user))
+    assert failed.code() == grpc.StatusCode.PERMISSION_DENIED
+    assert Step.objects.filter(trace_id=trace_of(spans)).count() == 1
+
+
+def test_calls_past_the_limits_are_resource_exhausted(receiver, user, settings):
+    token = token_of(user)
+    settings.OTLP_MAX_SPANS = 1
+    failed = call(receiver, TraceServiceStub, export_request(sdk_spans(genai_agent)), token)
+    assert failed.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "OTEL_BSP_MAX_EXPORT_BATCH_SIZE" in failed.details()
+    assert not Trace.objects.exists()
+
+
+def test_the_command_serves_until_sigterm(django_db_blocker, live_model, tmp_path, user):
+    port = free_port()
+    env = clean_env(live_server_env(django_db_blocker, live_model, tmp_path))
+    command = [sys.executable, "manage.py", "otlp_grpc", "--address", f"127.0.0.1:{port}"]
+    server = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        assert server.stdout is not None
+        assert server.stdout.readline().startswith(f"OTLP/gRPC on 127.0.0.1:{port}")
+        spans = sdk_spans(genai_agent)
+        answer = call(f"127.0.0.1:{port}", TraceServiceStub, export_request(spans), token_of(user))
+        assert not answer.HasField("partial_success")
+        assert Trace.objects.get(pk=trace_of(spans)).total_steps == len(spans)
+        assert Step.objects.filter(pk=step_of(spans[0])).exists()
+    finally:
+        server.send_signal(signal.SIGTERM)
+        out, _ = server.communicate(timeout=30)
+    assert server.returncode == 0
+    assert "OTLP/gRPC stopped" in out
