@@ -7,7 +7,7 @@ from django.urls import URLPattern, URLResolver, include, path
 
 from devassist import views
 from devassist.api import api
-from traces.otlp_api import otlp_logs, otlp_traces
+from traces.otlp_api import otlp_logs, otlp_metrics, otlp_traces
 
 
 def api_urls() -> tuple[list[URLPattern | URLResolver], str, str]:
@@ -29,6 +29,7 @@ urlpatterns = [
     # OTEL_EXPORTER_OTLP_ENDPOINT posts here.
     path("v1/traces", otlp_traces, name="otlp_traces"),
     path("v1/logs", otlp_logs, name="otlp_logs"),
+    path("v1/metrics", otlp_metrics, name="otlp_metrics"),
     path("ui/theme", views.theme_switch, name="theme"),
     path("ui/language", views.language_switch, name="language"),
     path("jsi18n/", views.javascript_catalog, name="javascript-catalog"),

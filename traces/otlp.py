@@ -79,6 +79,7 @@ _RPC_CODES = {
     HTTPStatus.BAD_REQUEST: code_pb2.INVALID_ARGUMENT,
     HTTPStatus.UNAUTHORIZED: code_pb2.UNAUTHENTICATED,
     HTTPStatus.FORBIDDEN: code_pb2.PERMISSION_DENIED,
+    HTTPStatus.NOT_FOUND: code_pb2.UNIMPLEMENTED,
     HTTPStatus.METHOD_NOT_ALLOWED: code_pb2.UNIMPLEMENTED,
     HTTPStatus.REQUEST_ENTITY_TOO_LARGE: code_pb2.RESOURCE_EXHAUSTED,
     HTTPStatus.UNSUPPORTED_MEDIA_TYPE: code_pb2.INVALID_ARGUMENT,
@@ -142,6 +143,13 @@ LOGS = Signal(
     partial_success=ExportLogsPartialSuccess,
     rejected_field="rejected_log_records",
     batch_size_variable="OTEL_BLRP_MAX_EXPORT_BATCH_SIZE",
+)
+
+
+#: What an exporter of metrics is told (DevAssist keeps none): how to stop sending them.
+NO_METRICS = (
+    "DevAssist keeps traces and logs, not metrics: set OTEL_METRICS_EXPORTER=none (or point "
+    "the metrics exporter at a metrics backend)."
 )
 
 

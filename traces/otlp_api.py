@@ -1,4 +1,5 @@
-"""``POST /v1/traces`` and ``POST /v1/logs``: OTLP/HTTP ingestion (protobuf or JSON, gzip).
+"""``POST /v1/traces`` and ``POST /v1/logs``: OTLP/HTTP ingestion (protobuf or JSON, gzip);
+``/v1/metrics`` says that DevAssist keeps no metrics.
 
 Plain views, not part of the Ninja API: the protocol's bodies are protobuf as often as JSON
 and its errors are ``google.rpc.Status`` messages, not the API's envelope. They authenticate
@@ -24,6 +25,7 @@ from devassist.tokens import api_token_authenticate
 from traces.otlp import (
     JSON,
     LOGS,
+    NO_METRICS,
     PROTOBUF,
     TRACES,
     Limits,
@@ -150,3 +152,14 @@ async def otlp_logs(request: HttpRequest) -> HttpResponse:
     step. Answers as ``otlp_traces`` does, with an ``ExportLogsServiceResponse``
     (``rejected_log_records``: those that name no span among them)."""
     return await _receive(request, LOGS)
+
+
+@csrf_exempt
+@login_not_required
+async def otlp_metrics(request: HttpRequest) -> HttpResponse:
+    """404 with a ``google.rpc.Status`` (``UNIMPLEMENTED``) that says how to stop sending
+    metrics: SDK set-ups that export traces to an endpoint often export metrics there too, and
+    an exporter logs its failures with the answer's message."""
+    content_type = request.headers.get("Content-Type", "")
+    encoding = JSON if content_type.lower().startswith(JSON) else PROTOBUF
+    return _answer(OtlpError(HTTPStatus.NOT_FOUND, NO_METRICS), encoding)

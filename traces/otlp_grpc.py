@@ -21,9 +21,10 @@ import structlog
 from django.conf import settings
 from django.db import DatabaseError, close_old_connections
 from opentelemetry.proto.collector.logs.v1 import logs_service_pb2_grpc
+from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2_grpc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
 
-from traces.otlp import LOGS, TRACES, OtlpError, Signal, success_response
+from traces.otlp import LOGS, NO_METRICS, TRACES, OtlpError, Signal, success_response
 from traces.otlp_api import refused_whole, token_user
 from traces.services import otlp_export_ingest
 
@@ -90,6 +91,13 @@ class LogsService(logs_service_pb2_grpc.LogsServiceServicer):
         return export(request, context, LOGS)
 
 
+class MetricsService(metrics_service_pb2_grpc.MetricsServiceServicer):
+    """``MetricsService``, refused (``UNIMPLEMENTED``) with how to stop sending metrics."""
+
+    def Export(self, request: Any, context: grpc.ServicerContext) -> Any:
+        context.abort(grpc.StatusCode.UNIMPLEMENTED, NO_METRICS)
+
+
 def otlp_grpc_server(address: str, *, workers: int = 4) -> tuple[grpc.Server, int]:
     """A gRPC server of both services bound to ``address`` (``host:port``; port 0 takes a
     free one), not started, and its port. ``workers`` calls are served at once (each holds a
@@ -100,6 +108,7 @@ def otlp_grpc_server(address: str, *, workers: int = 4) -> tuple[grpc.Server, in
     )
     trace_service_pb2_grpc.add_TraceServiceServicer_to_server(TraceService(), server)
     logs_service_pb2_grpc.add_LogsServiceServicer_to_server(LogsService(), server)
+    metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server(MetricsService(), server)
     port = server.add_insecure_port(address)
     if not port:
         raise OSError(f"Cannot listen on {address}.")

@@ -15,6 +15,10 @@ import pytest
 from opentelemetry.exporter.otlp.proto.grpc._log_exporter import OTLPLogExporter
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2_grpc import LogsServiceStub
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+    ExportMetricsServiceRequest,
+)
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2_grpc import MetricsServiceStub
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2_grpc import TraceServiceStub
 from opentelemetry.sdk._logs.export import LogRecordExportResult
 from opentelemetry.sdk.trace.export import SpanExportResult
@@ -139,3 +143,9 @@ def test_the_command_serves_until_sigterm(django_db_blocker, live_model, tmp_pat
         out, _ = server.communicate(timeout=30)
     assert server.returncode == 0
     assert "OTLP/gRPC stopped" in out
+
+
+def test_metrics_are_unimplemented_with_how_to_stop_sending_them(receiver, user):
+    failed = call(receiver, MetricsServiceStub, ExportMetricsServiceRequest(), token_of(user))
+    assert failed.code() == grpc.StatusCode.UNIMPLEMENTED
+    assert "OTEL_METRICS_EXPORTER=none" in failed.details()

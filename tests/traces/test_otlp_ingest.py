@@ -772,3 +772,17 @@ async def test_get_is_405(user):
         response = await client.get("/v1/traces")
     assert response.status_code == HTTPStatus.METHOD_NOT_ALLOWED
     assert response.headers["allow"] == "POST"
+
+
+@pytest.mark.parametrize("encoding", [PROTOBUF, JSON])
+async def test_metrics_are_refused_with_how_to_stop_sending_them(user, encoding):
+    response = await post_otlp(
+        b"{}" if encoding == JSON else b"",
+        token=await token_for(user),
+        content_type=encoding,
+        path="/v1/metrics",
+    )
+    assert response.status_code == HTTPStatus.NOT_FOUND
+    code, message = rpc_status(response)
+    assert code == 12  # UNIMPLEMENTED
+    assert "OTEL_METRICS_EXPORTER=none" in message
