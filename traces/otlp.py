@@ -368,6 +368,21 @@ def count_spans(request: ExportTraceServiceRequest) -> int:
     return sum(len(s.spans) for r in request.resource_spans for s in r.scope_spans)
 
 
+def check_count(total: int, limits: Limits, signal: Signal) -> None:
+    """``OtlpError`` (413) for a request of more than ``limits.max_spans`` items."""
+    if total > limits.max_spans:
+        raise OtlpError(
+            HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+            f"The request holds {total} {signal.items}; at most {limits.max_spans} are taken "
+            f"at once ({signal.batch_size_variable}).",
+        )
+
+
+def service_of(resource: Mapping[str, Any]) -> str:
+    """The service a resource names (``service.name``, ``otel`` without one)."""
+    return str(resource.get("service.name") or "otel")[:100]
+
+
 def request_spans(
     request: ExportTraceServiceRequest, *, limits: Limits, now_ns: int | None = None
 ) -> SpanBatch:
@@ -376,12 +391,7 @@ def request_spans(
     too long) are counted as rejected with a reason. A span sent twice in the request is
     taken once. ``OtlpError`` (413) for more than ``limits.max_spans`` spans."""
     total = count_spans(request)
-    if total > limits.max_spans:
-        raise OtlpError(
-            HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
-            f"The request holds {total} spans; at most {limits.max_spans} are taken at once "
-            "(OTEL_BSP_MAX_EXPORT_BATCH_SIZE).",
-        )
+    check_count(total, limits, TRACES)
     now_ns = now_ns if now_ns is not None else time.time_ns()
     batch = SpanBatch(total=total)
     spans: dict[uuid.UUID, dict[bytes, tuple[Span, StepCreate, int]]] = {}
@@ -392,7 +402,7 @@ def request_spans(
             count = sum(len(s.spans) for s in resource_spans.scope_spans)
             batch.reject(count, f"resource: {exc}")
             continue
-        service = str(resource.get("service.name") or "otel")[:100]
+        service = service_of(resource)
         for scope_spans in resource_spans.scope_spans:
             scope = scope_spans.scope.name
             for span in scope_spans.spans:

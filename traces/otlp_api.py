@@ -81,13 +81,6 @@ def _export(request: HttpRequest, body: bytes, encoding: str, signal: Signal) ->
         signal=signal,
     )
     outcome = otlp_export_ingest(user=user, request=decoded, signal=signal)
-    logger.info(
-        "otlp_ingested",
-        items=signal.items,
-        accepted=outcome.accepted,
-        rejected=outcome.rejected,
-        user_id=user.pk,
-    )
     error = refused_whole(outcome)
     if error is not None:
         raise error

@@ -56,14 +56,6 @@ def export(request: Any, context: grpc.ServicerContext, signal: Signal) -> Any:
     try:
         user = token_user(_token(context))
         outcome = otlp_export_ingest(user=user, request=request, signal=signal)
-        logger.info(
-            "otlp_ingested",
-            items=signal.items,
-            protocol="grpc",
-            accepted=outcome.accepted,
-            rejected=outcome.rejected,
-            user_id=user.pk,
-        )
         error = refused_whole(outcome)
         if error is not None:
             raise error

@@ -26,7 +26,6 @@ import time
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from http import HTTPStatus
 from typing import Any
 
 import orjson
@@ -34,13 +33,15 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsSer
 from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
 
 from traces.otlp import (
+    LOGS,
     MAX_CLOCK_SKEW_NS,
     Limits,
-    OtlpError,
     Refusals,
     Refused,
     attributes_of,
+    check_count,
     check_id,
+    service_of,
     span_step_id,
     time_of,
     value_of,
@@ -102,12 +103,7 @@ def request_log_records(
     too many attributes, a value too long) are counted as rejected with a reason.
     ``OtlpError`` (413) for more records than ``limits.max_spans``."""
     total = count_log_records(request)
-    if total > limits.max_spans:
-        raise OtlpError(
-            HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
-            f"The request holds {total} log records; at most {limits.max_spans} are taken at "
-            "once (OTEL_BLRP_MAX_EXPORT_BATCH_SIZE).",
-        )
+    check_count(total, limits, LOGS)
     now_ns = now_ns if now_ns is not None else time.time_ns()
     batch = LogBatch(total=total)
     for resource_logs in request.resource_logs:
@@ -117,7 +113,7 @@ def request_log_records(
             count = sum(len(s.log_records) for s in resource_logs.scope_logs)
             batch.reject(count, f"resource: {exc}")
             continue
-        service = str(resource.get("service.name") or "otel")[:100]
+        service = service_of(resource)
         for scope_logs in resource_logs.scope_logs:
             for record in scope_logs.log_records:
                 try:

@@ -83,11 +83,21 @@ def _ingested(batch: Refusals, foreign: int, item: str) -> IngestOutcome:
 def otlp_export_ingest(*, user: Any, request: Any, signal: Signal) -> IngestOutcome:
     """Store a decoded OTLP export ``request`` of ``signal`` (spans or log records) for
     ``user``, checked against the current limits: what both OTLP/HTTP and OTLP/gRPC do with a
-    request. Raises ``OtlpError`` (413) for a request of more items than a request may hold."""
+    request; logs the outcome. Raises ``OtlpError`` (413) for a request of more items than a
+    request may hold."""
     limits = Limits.current()
     if signal is LOGS:
-        return otlp_logs_ingest(user=user, batch=request_log_records(request, limits=limits))
-    return otlp_spans_ingest(user=user, batch=request_spans(request, limits=limits))
+        outcome = otlp_logs_ingest(user=user, batch=request_log_records(request, limits=limits))
+    else:
+        outcome = otlp_spans_ingest(user=user, batch=request_spans(request, limits=limits))
+    logger.info(
+        "otlp_ingested",
+        items=signal.items,
+        accepted=outcome.accepted,
+        rejected=outcome.rejected,
+        user_id=user.pk,
+    )
+    return outcome
 
 
 def otlp_spans_ingest(*, user: Any, batch: SpanBatch) -> IngestOutcome:

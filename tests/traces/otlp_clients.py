@@ -7,30 +7,28 @@ from __future__ import annotations
 
 import gzip
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
+from channels.testing import WebsocketCommunicator
 from google.protobuf import json_format
 from google.protobuf.message import Message
 from opentelemetry import trace as otel_trace
 from opentelemetry._logs import Logger
 from opentelemetry.exporter.otlp.proto.common._log_encoder import encode_logs
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
-from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
-    ExportLogsServiceRequest,
-    ExportLogsServiceResponse,
-)
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-    ExportTraceServiceRequest,
-    ExportTraceServiceResponse,
-)
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk._logs import LoggerProvider, ReadableLogRecord
 from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogRecordProcessor
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from traces.otlp import LOGS, TRACES
 
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
@@ -148,21 +146,34 @@ async def post_otlp(
         return await client.post(path, content=body, headers=sent)
 
 
-def partial_success(response: httpx.Response) -> tuple[int, str]:
-    """``(rejected_spans, error_message)`` of a 200 answer, in either encoding."""
+def partial_success(response: httpx.Response, *, logs: bool = False) -> tuple[int, str]:
+    """``(rejected_spans, error_message)`` of a 200 answer, in either encoding
+    (``rejected_log_records`` with ``logs``)."""
+    signal = LOGS if logs else TRACES
     if response.headers["content-type"].startswith(JSON):
         body = response.json().get("partialSuccess", {})
-        return int(body.get("rejectedSpans", 0)), body.get("errorMessage", "")
-    answer = ExportTraceServiceResponse()
+        rejected = body.get("rejectedLogRecords" if logs else "rejectedSpans", 0)
+        return int(rejected), body.get("errorMessage", "")
+    answer = signal.response()
     answer.ParseFromString(response.content)
-    return answer.partial_success.rejected_spans, answer.partial_success.error_message
+    found = answer.partial_success
+    return getattr(found, signal.rejected_field), found.error_message
 
 
-def logs_partial_success(response: httpx.Response) -> tuple[int, str]:
-    """``(rejected_log_records, error_message)`` of a 200 answer, in either encoding."""
-    if response.headers["content-type"].startswith(JSON):
-        body = response.json().get("partialSuccess", {})
-        return int(body.get("rejectedLogRecords", 0)), body.get("errorMessage", "")
-    answer = ExportLogsServiceResponse()
-    answer.ParseFromString(response.content)
-    return answer.partial_success.rejected_log_records, answer.partial_success.error_message
+@asynccontextmanager
+async def watching(trace_id: Any, token: str) -> AsyncIterator[WebsocketCommunicator]:
+    """The trace's watch websocket, connected with ``token``, past its ``connected``."""
+    from devassist.asgi import application
+
+    watcher = WebsocketCommunicator(
+        application,
+        f"/api/traces/{trace_id}/watch",
+        headers=[(b"authorization", f"Bearer {token}".encode())],
+    )
+    connected, _ = await watcher.connect()
+    assert connected
+    try:
+        assert (await watcher.receive_json_from(timeout=10))["event"] == "connected"
+        yield watcher
+    finally:
+        await watcher.disconnect()

@@ -13,7 +13,6 @@ from typing import Any
 import httpx
 import pytest
 from asgiref.sync import sync_to_async
-from channels.testing import WebsocketCommunicator
 from opentelemetry import trace as otel_trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
@@ -30,6 +29,7 @@ from tests.traces.otlp_clients import (
     protobuf_body,
     recording_provider,
     sdk_spans,
+    watching,
 )
 from traces.models import Step, StepStatus, StepType, Trace, TraceStatus
 from traces.otlp import span_step_id
@@ -511,17 +511,7 @@ async def test_the_live_watch_shows_spans_as_they_arrive(user, layer):
     token = await token_for(user)
     first, rest, root = spans[0], spans[1:-1], spans[-1]
     assert (await post_otlp(protobuf_body([first]), token=token)).status_code == HTTPStatus.OK
-    trace_id = trace_of(spans)
-    watcher = WebsocketCommunicator(
-        application,
-        f"/api/traces/{trace_id}/watch",
-        headers=[(b"authorization", f"Bearer {token}".encode())],
-    )
-    connected, _ = await watcher.connect()
-    assert connected
-    try:
-        hello = await watcher.receive_json_from(timeout=10)
-        assert hello["event"] == "connected"
+    async with watching(trace_of(spans), token) as watcher:
         await post_otlp(protobuf_body(rest), token=token)
         for span in rest:
             message = await watcher.receive_json_from(timeout=10)
@@ -539,8 +529,6 @@ async def test_the_live_watch_shows_spans_as_they_arrive(user, layer):
         done = await watcher.receive_json_from(timeout=10)
         assert done["event"] == "trace_completed"
         assert done["trace"]["status"] == "completed"
-    finally:
-        await watcher.disconnect()
 
 
 # --- bad input ----------------------------------------------------------------------------------

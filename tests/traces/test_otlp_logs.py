@@ -11,22 +11,21 @@ from typing import Any
 
 import pytest
 from asgiref.sync import sync_to_async
-from channels.testing import WebsocketCommunicator
 from django.test import AsyncClient
 from opentelemetry import trace as otel_trace
 from opentelemetry._logs import Logger
 
-from devassist.asgi import application
 from tests.traces.otlp_clients import (
     JSON,
     PROTOBUF,
     gzipped,
     logs_body,
     logs_json_body,
-    logs_partial_success,
+    partial_success,
     post_otlp,
     protobuf_body,
     sdk_spans_and_logs,
+    watching,
 )
 from tests.traces.test_otlp_ingest import rpc_status, step_of, token_for, trace_of
 from traces.models import PendingLogEvents, Step, StepType, Trace, TraceStatus
@@ -102,7 +101,7 @@ async def test_log_records_sent_before_their_span_join_its_step(user, encoding):
     response = await post_otlp(body, token=token, content_type=encoding, path="/v1/logs")
     assert response.status_code == HTTPStatus.OK, response.text
     assert response.headers["content-type"] == encoding
-    assert logs_partial_success(response) == (0, "")
+    assert partial_success(response, logs=True) == (0, "")
     # The trace is opened, as the token's, and the records wait for their span.
     trace = await Trace.objects.aget(pk=trace_of(spans))
     assert (trace.user_id, trace.status, trace.is_otlp) == (user.id, TraceStatus.RUNNING, True)
@@ -161,23 +160,13 @@ async def test_log_records_of_a_running_trace_reach_its_watchers(user, layer):
     chat, _root = spans
     token = await token_for(user)
     assert (await post_otlp(protobuf_body([chat]), token=token)).status_code == HTTPStatus.OK
-    watcher = WebsocketCommunicator(
-        application,
-        f"/api/traces/{trace_of(spans)}/watch",
-        headers=[(b"authorization", f"Bearer {token}".encode())],
-    )
-    connected, _ = await watcher.connect()
-    assert connected
-    try:
-        assert (await watcher.receive_json_from(timeout=10))["event"] == "connected"
+    async with watching(trace_of(spans), token) as watcher:
         response = await post_otlp(logs_body(records), token=token, path="/v1/logs")
         assert response.status_code == HTTPStatus.OK
         updated = await watcher.receive_json_from(timeout=10)
         assert updated["event"] == "step_updated"
         assert updated["step_id"] == str(step_of(chat))
         assert "Weather in Paris?" in updated["updates"]["data_preview"]
-    finally:
-        await watcher.disconnect()
 
 
 def operation_details(tracer: otel_trace.Tracer, logger: Logger) -> None:
@@ -302,7 +291,7 @@ async def test_records_that_name_no_span_are_rejected_the_others_kept(user):
     _spans, records = sdk_spans_and_logs(no_span)
     response = await post_otlp(logs_body(records), token=await token_for(user), path="/v1/logs")
     assert response.status_code == HTTPStatus.OK
-    rejected, message = logs_partial_success(response)
+    rejected, message = partial_success(response, logs=True)
     assert rejected == 1
     assert "1 log record(s) rejected" in message
     assert "names no span" in message
@@ -371,7 +360,7 @@ async def test_a_record_past_the_limits_is_rejected(user, settings):
     _, records = sdk_spans_and_logs(long_body)
     response = await post_otlp(logs_body(records), token=await token_for(user), path="/v1/logs")
     assert response.status_code == HTTPStatus.OK
-    rejected, message = logs_partial_success(response)
+    rejected, message = partial_success(response, logs=True)
     assert rejected == 1
     assert "41 characters" in message
 
