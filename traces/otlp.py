@@ -646,21 +646,58 @@ LLM_REQUEST_TYPES: dict[str, str] = {
 }
 
 
+#: ``ai.operationId`` (the Vercel AI SDK's telemetry) → step type. A function call
+#: (``ai.generateText``…) holds its model calls (``.doGenerate``, ``.doStream``) and tool calls.
+AI_SDK_OPERATIONS: dict[str, str] = {
+    "ai.generateText": StepType.THOUGHT,
+    "ai.streamText": StepType.THOUGHT,
+    "ai.generateObject": StepType.THOUGHT,
+    "ai.streamObject": StepType.THOUGHT,
+    "ai.generateText.doGenerate": StepType.THOUGHT,
+    "ai.streamText.doStream": StepType.THOUGHT,
+    "ai.generateObject.doGenerate": StepType.THOUGHT,
+    "ai.streamObject.doStream": StepType.THOUGHT,
+    "ai.toolCall": StepType.ACTION,
+    "ai.embed": StepType.MEMORY_READ,
+    "ai.embedMany": StepType.MEMORY_READ,
+    "ai.embed.doEmbed": StepType.MEMORY_READ,
+    "ai.embedMany.doEmbed": StepType.MEMORY_READ,
+}
+#: The Vercel AI SDK's function calls: their usage restates that of the model calls under
+#: them, so they count no tokens of their own (their ``data.usage`` still shows it).
+_AI_SDK_CALLS = frozenset(
+    {
+        "ai.generateText",
+        "ai.streamText",
+        "ai.generateObject",
+        "ai.streamObject",
+        "ai.embed",
+        "ai.embedMany",
+    }
+)
+
 #: Kinds that group work: the goal when they are the root span (it holds the task), a
 #: thought below it.
-_ROOT_GOALS = frozenset({("openinference.span.kind", "CHAIN"), ("traceloop.span.kind", "task")})
+_ROOT_GOALS = frozenset(
+    {
+        ("openinference.span.kind", "CHAIN"),
+        ("traceloop.span.kind", "task"),
+        *(("ai.operationId", call) for call in _AI_SDK_CALLS - {"ai.embed", "ai.embedMany"}),
+    }
+)
 
 
 def step_type_of(attributes: Mapping[str, Any], *, is_root: bool) -> str:
     """The step type of a span with ``attributes``: the first of ``openinference.span.kind``,
-    ``gen_ai.operation.name``, ``traceloop.span.kind`` and ``llm.request.type`` that names
-    one (``_ROOT_GOALS`` at the root are the goal); otherwise ``goal`` for a root span and
-    ``action`` for any other."""
+    ``gen_ai.operation.name``, ``traceloop.span.kind``, ``llm.request.type`` and
+    ``ai.operationId`` that names one (``_ROOT_GOALS`` at the root are the goal); otherwise
+    ``goal`` for a root span and ``action`` for any other."""
     for key, table, fold in (
         ("openinference.span.kind", OPENINFERENCE_KINDS, str.upper),
         ("gen_ai.operation.name", GENAI_OPERATIONS, str.lower),
         ("traceloop.span.kind", TRACELOOP_KINDS, str.lower),
         ("llm.request.type", LLM_REQUEST_TYPES, str.lower),
+        ("ai.operationId", AI_SDK_OPERATIONS, str),
     ):
         value = attributes.get(key)
         if not isinstance(value, str):
@@ -677,13 +714,23 @@ _INPUT_TOKENS = (
     "gen_ai.usage.input_tokens",
     "gen_ai.usage.prompt_tokens",
     "llm.token_count.prompt",
+    "ai.usage.inputTokens",
+    "ai.usage.promptTokens",
 )
 _OUTPUT_TOKENS = (
     "gen_ai.usage.output_tokens",
     "gen_ai.usage.completion_tokens",
     "llm.token_count.completion",
+    "ai.usage.outputTokens",
+    "ai.usage.completionTokens",
 )
-_TOTAL_TOKENS = ("llm.token_count.total", "llm.usage.total_tokens", "gen_ai.usage.total_tokens")
+_TOTAL_TOKENS = (
+    "llm.token_count.total",
+    "llm.usage.total_tokens",
+    "gen_ai.usage.total_tokens",
+    "ai.usage.totalTokens",
+    "ai.usage.tokens",
+)
 _COST = ("gen_ai.usage.cost", "llm.cost.total", "gen_ai.usage.total_cost")
 
 
@@ -697,9 +744,13 @@ def _count(attributes: Mapping[str, Any], keys: Iterable[str]) -> int | None:
 
 def tokens_of(attributes: Mapping[str, Any]) -> int:
     """The span's tokens: its total (``llm.token_count.total``, ``llm.usage.total_tokens``,
-    ``gen_ai.usage.total_tokens``), else input plus output (``gen_ai.usage.input_tokens`` /
-    ``output_tokens``, their older ``prompt_tokens`` / ``completion_tokens``,
-    ``llm.token_count.prompt`` / ``completion``); 0 when it names none."""
+    ``gen_ai.usage.total_tokens``, ``ai.usage.totalTokens`` or ``ai.usage.tokens``), else
+    input plus output (``gen_ai.usage.input_tokens`` / ``output_tokens``, their older
+    ``prompt_tokens`` / ``completion_tokens``, ``llm.token_count.prompt`` / ``completion``,
+    ``ai.usage.inputTokens`` / ``outputTokens`` or ``promptTokens`` / ``completionTokens``);
+    0 when it names none, and for a Vercel AI SDK function call (``_AI_SDK_CALLS``)."""
+    if attributes.get("ai.operationId") in _AI_SDK_CALLS:
+        return 0
     total = _count(attributes, _TOTAL_TOKENS)
     if total is not None:
         return total
@@ -725,26 +776,50 @@ def cost_of(attributes: Mapping[str, Any]) -> Decimal:
 
 #: Attributes that move out of ``attributes`` to the top of the step's data (they are the
 #: biggest, and what a reader looks for first): input, then output.
-_INPUT_KEYS = ("input.value", "gen_ai.input.messages", "gen_ai.prompt", "traceloop.entity.input")
+_INPUT_KEYS = (
+    "input.value",
+    "gen_ai.input.messages",
+    "gen_ai.prompt",
+    "traceloop.entity.input",
+    "ai.prompt.messages",
+    "ai.prompt",
+)
 _OUTPUT_KEYS = (
     "output.value",
     "gen_ai.output.messages",
     "gen_ai.completion",
     "traceloop.entity.output",
+    "ai.response.text",
+    "ai.response.object",
+    "ai.response.toolCalls",
 )
-_MODEL_KEYS = ("gen_ai.request.model", "gen_ai.response.model", "llm.model_name")
-_TOOL_NAME_KEYS = ("tool.name", "gen_ai.tool.name", "traceloop.entity.name")
-_TOOL_ARGUMENT_KEYS = ("tool.parameters", "gen_ai.tool.call.arguments")
-_TOOL_RESULT_KEYS = ("gen_ai.tool.call.result",)
+_MODEL_KEYS = ("gen_ai.request.model", "gen_ai.response.model", "llm.model_name", "ai.model.id")
+_TOOL_NAME_KEYS = ("tool.name", "gen_ai.tool.name", "traceloop.entity.name", "ai.toolCall.name")
+_TOOL_ARGUMENT_KEYS = (
+    "tool.parameters",
+    "gen_ai.tool.call.arguments",
+    "ai.toolCall.args",
+    "ai.toolCall.input",
+)
+_TOOL_RESULT_KEYS = ("gen_ai.tool.call.result", "ai.toolCall.result", "ai.toolCall.output")
 #: Attributes that hold JSON when they hold text: OpenLLMetry writes a function's arguments
-#: (``{"args": [...], "kwargs": {...}}``) and its return value so, and the GenAI conventions'
-#: messages are structured (JSON text where an SDK records strings only).
+#: (``{"args": [...], "kwargs": {...}}``) and its return value so, the GenAI conventions'
+#: messages are structured (JSON text where an SDK records strings only), and the Vercel AI
+#: SDK writes its prompts, objects, tool calls and tool results as JSON text.
 _JSON_TEXT_KEYS = frozenset(
     {
         "traceloop.entity.input",
         "traceloop.entity.output",
         "gen_ai.input.messages",
         "gen_ai.output.messages",
+        "ai.prompt.messages",
+        "ai.prompt",
+        "ai.response.object",
+        "ai.response.toolCalls",
+        "ai.toolCall.args",
+        "ai.toolCall.input",
+        "ai.toolCall.result",
+        "ai.toolCall.output",
     }
 )
 _SPAN_KINDS = {

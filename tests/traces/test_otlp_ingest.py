@@ -199,6 +199,65 @@ def openllmetry_agent(tracer: otel_trace.Tracer) -> None:
             pass
 
 
+def vercel_ai_agent(tracer: otel_trace.Tracer) -> None:
+    """A ``generateText`` call of the Vercel AI SDK with telemetry on: the call, its two model
+    calls (``doGenerate``) and the tool call between them, its prompts, responses and tool
+    calls as JSON text, its usage on the call too (the sum of its model calls')."""
+    with tracer.start_as_current_span(
+        "ai.generateText",
+        attributes={
+            "ai.operationId": "ai.generateText",
+            "operation.name": "ai.generateText weather",
+            "ai.model.id": "gpt-4o",
+            "ai.prompt": '{"prompt":"Weather in Paris?"}',
+            "ai.response.text": "Rain all day.",
+            "ai.usage.inputTokens": 30,
+            "ai.usage.outputTokens": 9,
+        },
+    ):
+        with tracer.start_as_current_span(
+            "ai.generateText.doGenerate",
+            attributes={
+                "ai.operationId": "ai.generateText.doGenerate",
+                "ai.model.id": "gpt-4o",
+                "gen_ai.system": "openai.chat",
+                "gen_ai.request.model": "gpt-4o",
+                "ai.prompt.messages": (
+                    '[{"role":"user","content":[{"type":"text","text":"Weather in Paris?"}]}]'
+                ),
+                "ai.response.toolCalls": (
+                    '[{"toolCallId":"call-1","toolName":"getWeather","input":"{\\"city\\":'
+                    '\\"Paris\\"}"}]'
+                ),
+                "ai.usage.inputTokens": 20,
+                "ai.usage.outputTokens": 5,
+            },
+        ):
+            pass
+        with tracer.start_as_current_span(
+            "ai.toolCall",
+            attributes={
+                "ai.operationId": "ai.toolCall",
+                "ai.toolCall.name": "getWeather",
+                "ai.toolCall.id": "call-1",
+                "ai.toolCall.input": '{"city":"Paris"}',
+                "ai.toolCall.output": '{"sky":"rain"}',
+            },
+        ):
+            pass
+        with tracer.start_as_current_span(
+            "ai.generateText.doGenerate",
+            attributes={
+                "ai.operationId": "ai.generateText.doGenerate",
+                "ai.model.id": "gpt-4o",
+                "ai.response.text": "Rain all day.",
+                "ai.usage.promptTokens": 10,
+                "ai.usage.completionTokens": 4,
+            },
+        ):
+            pass
+
+
 def trace_of(spans: list[Any]) -> uuid.UUID:
     return uuid.UUID(int=spans[0].context.trace_id)
 
@@ -363,6 +422,42 @@ async def test_an_openllmetry_trace_maps_entities_tools_and_usage(user):
     assert tool.data["result"] == {"sky": "rain", "celsius": 14}
     assert "traceloop.entity.input" not in tool.data["attributes"]
     assert (trace.total_tokens, root["subtree_tokens"]) == (31, 31)
+
+
+async def test_a_vercel_ai_sdk_call_maps_its_model_and_tool_calls_and_counts_tokens_once(user):
+    spans = sdk_spans(vercel_ai_agent)
+    response = await post_otlp(protobuf_body(spans), token=await token_for(user))
+    assert response.status_code == HTTPStatus.OK
+
+    trace, _, tree = await stored(trace_of(spans))
+    assert trace.task == '{"prompt":"Weather in Paris?"}'
+    (root,) = tree
+    assert (root["name"], root["step_type"]) == ("ai.generateText", StepType.GOAL)
+    assert [(c["name"], c["step_type"]) for c in root["children"]] == [
+        ("ai.generateText.doGenerate", StepType.THOUGHT),
+        ("ai.toolCall", StepType.ACTION),
+        ("ai.generateText.doGenerate", StepType.THOUGHT),
+    ]
+    # The call's usage restates its model calls': counted once, on them.
+    assert [c["tokens"] for c in root["children"]] == [25, 0, 14]
+    assert (root["tokens"], trace.total_tokens, root["subtree_tokens"]) == (0, 39, 39)
+    steps = {s.id: s async for s in Step.objects.filter(trace=trace)}
+    call = steps[step_of(spans[-1])]
+    assert call.data["input"] == {"prompt": "Weather in Paris?"}
+    assert call.data["output"] == "Rain all day."
+    assert call.data["usage"] == {"prompt_tokens": 30, "completion_tokens": 9, "total_tokens": None}
+    first, tool, second = (steps[step_of(s)] for s in spans[:3])
+    assert first.data["model"] == "gpt-4o"
+    assert first.data["input"] == [
+        {"role": "user", "content": [{"type": "text", "text": "Weather in Paris?"}]}
+    ]
+    assert first.data["output"][0]["toolName"] == "getWeather"
+    assert (tool.data["tool_name"], tool.data["arguments"], tool.data["result"]) == (
+        "getWeather",
+        {"city": "Paris"},
+        {"sky": "rain"},
+    )
+    assert second.data["output"] == "Rain all day."
 
 
 async def test_flattened_messages_keep_their_order_and_lose_nothing(user):
