@@ -4,10 +4,12 @@ the standard variables, send spans and log records to DevAssist's ``TraceService
 
 from __future__ import annotations
 
+import random
 import signal
 import subprocess
 import sys
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import grpc
@@ -29,7 +31,7 @@ from tests.servers import REPO, clean_env, free_port
 from tests.traces.otlp_clients import export_request, logs_request, sdk_spans, sdk_spans_and_logs
 from tests.traces.test_otlp_ingest import genai_agent, step_of, trace_of
 from tests.traces.test_otlp_logs import LEGACY_INPUT, LEGACY_OUTPUT, legacy_chat, no_span
-from traces.models import Step, Trace, TraceStatus
+from traces.models import PendingLogEvents, Step, Trace, TraceStatus
 from traces.otlp_grpc import otlp_grpc_server
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -149,3 +151,31 @@ def test_metrics_are_unimplemented_with_how_to_stop_sending_them(receiver, user)
     failed = call(receiver, MetricsServiceStub, ExportMetricsServiceRequest(), token_of(user))
     assert failed.code() == grpc.StatusCode.UNIMPLEMENTED
     assert "OTEL_METRICS_EXPORTER=none" in failed.details()
+
+
+def test_log_records_and_their_spans_sent_at_the_same_moment_never_miss_each_other(user):
+    """Twelve agents' spans and log records, each in a call of its own, all at once over
+    eight threads of the server: whichever of a trace's two calls takes its lock first, every
+    model call's step ends with its messages and no record is left waiting."""
+    server, port = otlp_grpc_server("127.0.0.1:0", workers=8)
+    server.start()
+    try:
+        token = token_of(user)
+        agents = [sdk_spans_and_logs(legacy_chat) for _ in range(12)]
+        calls: list[tuple[Any, Any]] = []
+        for spans, records in agents:
+            calls += [
+                (TraceServiceStub, export_request(spans)),
+                (LogsServiceStub, logs_request(records)),
+            ]
+        random.Random(7).shuffle(calls)
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            answers = list(pool.map(lambda c: call(f"127.0.0.1:{port}", c[0], c[1], token), calls))
+    finally:
+        server.stop(None).wait()
+    assert not [a for a in answers if isinstance(a, grpc.RpcError)]
+    for spans, _ in agents:
+        chat = Step.objects.get(pk=step_of(spans[0]))
+        assert (chat.data["input"], chat.data["output"]) == (LEGACY_INPUT, LEGACY_OUTPUT)
+    assert Trace.objects.filter(status=TraceStatus.COMPLETED).count() == 12
+    assert not PendingLogEvents.objects.exists()
