@@ -5,6 +5,7 @@ Run from the repository root::
 
     .venv/bin/python benchmarks/otlp_ingest.py                  # 10,000 spans, 3 runs each
     .venv/bin/python benchmarks/otlp_ingest.py --spans 2000 --runs 5 --no-phoenix
+    .venv/bin/python benchmarks/otlp_ingest.py --no-phoenix --grpc  # OTLP/HTTP and OTLP/gRPC
 
 One trace shape, seeded (``--seed``): an OpenInference-instrumented agent (an AGENT root over
 LLM and TOOL spans, tools that start sub-agents of CHAIN, LLM, TOOL and RETRIEVER spans, 10
@@ -27,7 +28,9 @@ second), so nearly all of them are still queued at the flush; ``--pace S`` sprea
 over S seconds, as an agent at work sends them, and then only the last batches remain.
 DevAssist runs under daphne on PostgreSQL (``BENCH_DATABASE_URL``, default
 ``postgres://postgres@127.0.0.1:5432/devassist_otlp_bench``, created and migrated when missing;
-the benchmark user's traces from earlier runs are deleted).
+the benchmark user's traces from earlier runs are deleted). With ``--grpc`` the same client
+also sends the trace over OTLP/gRPC to ``manage.py otlp_grpc`` (the SDK's gRPC exporter),
+read back through the same ``/tree``.
 Phoenix runs from its own virtualenv (``--phoenix-python``, default ``.venv-phoenix/bin/python``;
 ``pip install arize-phoenix`` there), ``phoenix serve`` on free loopback ports with a
 temporary working directory (SQLite, its default); without it the script measures DevAssist
@@ -43,7 +46,9 @@ import contextlib
 import os
 import random
 import shutil
+import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -190,6 +195,25 @@ class Sent:
     ingest_s: float
 
 
+def exporter_for(endpoint: str, headers: dict[str, str]) -> Any:
+    """The SDK's OTLP span exporter for ``endpoint``: OTLP/gRPC for ``grpc://host:port``,
+    OTLP/HTTP protobuf for an ``http://`` URL."""
+    if endpoint.startswith("grpc://"):
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
+            OTLPSpanExporter as GrpcSpanExporter,
+        )
+
+        return GrpcSpanExporter(
+            endpoint=endpoint.removeprefix("grpc://"),
+            insecure=True,
+            headers={key.lower(): value for key, value in headers.items()},
+            timeout=120,
+        )
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+    return OTLPSpanExporter(endpoint=endpoint, headers=headers, timeout=120)
+
+
 def send(
     plan: TracePlan,
     endpoint: str,
@@ -198,11 +222,10 @@ def send(
     *,
     pace_s: float = 0.0,
 ) -> Sent:
-    """Replay ``plan`` through the OTel SDK to ``endpoint``, its spans ending evenly over
-    ``pace_s`` seconds (0: as fast as the SDK goes); the flush starts when the last span has
-    ended and returns once every batch is acknowledged."""
+    """Replay ``plan`` through the OTel SDK to ``endpoint`` (``exporter_for``), its spans
+    ending evenly over ``pace_s`` seconds (0: as fast as the SDK goes); the flush starts when
+    the last span has ended and returns once every batch is acknowledged."""
     from opentelemetry import trace as otel_trace
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
@@ -210,7 +233,7 @@ def send(
 
     provider = TracerProvider(resource=Resource.create(resource), shutdown_on_exit=False)
     processor = BatchSpanProcessor(
-        OTLPSpanExporter(endpoint=endpoint, headers=headers, timeout=120),
+        exporter_for(endpoint, headers),
         max_queue_size=len(plan.spans) * 2,
         max_export_batch_size=512,
         export_timeout_millis=120_000,
@@ -346,6 +369,31 @@ def prepare_user() -> str:
 
 
 @contextlib.contextmanager
+def grpc_receiver(env: dict[str, str]) -> Iterator[str]:
+    """DevAssist's OTLP/gRPC receiver (``manage.py otlp_grpc``) on a free loopback port, as a
+    ``grpc://host:port`` endpoint, once it listens."""
+    from tests.servers import clean_env, free_port
+
+    address = f"127.0.0.1:{free_port()}"
+    receiver = subprocess.Popen(
+        [sys.executable, "manage.py", "otlp_grpc", "--address", address],
+        cwd=REPO_ROOT,
+        env=clean_env(env),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert receiver.stdout is not None
+        line = receiver.stdout.readline()
+        if not line.startswith("OTLP/gRPC on"):
+            raise RuntimeError(f"manage.py otlp_grpc did not start: {line!r}")
+        yield f"grpc://{address}"
+    finally:
+        receiver.send_signal(signal.SIGTERM)
+        receiver.communicate(timeout=30)
+
+
+@contextlib.contextmanager
 def phoenix_server(python: Path) -> Iterator[str]:
     """``phoenix serve`` on free loopback ports with a working directory of its own."""
     from tests.servers import free_port, http_server
@@ -410,6 +458,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="the interpreter of a virtualenv with arize-phoenix installed",
     )
     parser.add_argument("--no-phoenix", action="store_true", help="measure DevAssist alone")
+    parser.add_argument(
+        "--grpc",
+        action="store_true",
+        help="also send the trace to DevAssist over OTLP/gRPC (manage.py otlp_grpc)",
+    )
     parser.add_argument(
         "--pace",
         type=float,
@@ -479,7 +532,24 @@ def main(argv: Sequence[str] | None = None) -> int:
                     )
                     for _ in range(args.runs)
                 ]
+                if args.grpc:
+                    with grpc_receiver(env) as endpoint:
+                        grpc_runs = [
+                            measure(
+                                plan,
+                                endpoint=endpoint,
+                                headers=headers,
+                                reader=lambda trace_id: read_devassist(client, trace_id),
+                                reads=args.reads,
+                                poll_s=0.02,
+                                give_up_s=args.give_up,
+                                pace_s=args.pace,
+                            )
+                            for _ in range(args.runs)
+                        ]
             results["DevAssist"] = report("DevAssist (daphne, PostgreSQL)", runs)
+            if args.grpc:
+                report("DevAssist over OTLP/gRPC (manage.py otlp_grpc, PostgreSQL)", grpc_runs)
         if not args.no_phoenix and args.phoenix_python.exists():
             with phoenix_server(args.phoenix_python) as base_url:
                 with httpx.Client(base_url=base_url, timeout=120) as client:
