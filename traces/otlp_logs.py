@@ -63,6 +63,8 @@ CHOICE_EVENT = "gen_ai.choice"
 _MESSAGE_ATTRIBUTES = {"input": "gen_ai.input.messages", "output": "gen_ai.output.messages"}
 #: What a record is called when it names no event.
 _PLAIN_RECORD = "log"
+#: The sampled bit of a record's ``flags`` (its span's W3C trace flags; 0: none sent).
+_SAMPLED = 0x01
 
 
 @dataclass
@@ -151,6 +153,10 @@ def _record_event(record: LogRecord, *, limits: Limits, now_ns: int) -> dict[str
         )
     check_id(record.trace_id, 16, "trace id")
     check_id(record.span_id, 8, "span id")
+    if record.flags and not record.flags & _SAMPLED:
+        # A span its sampler left out is never exported: its records would open a trace
+        # that never gets a step, and wait for good.
+        raise Refused("its span was not sampled (W3C trace flags), so it is never sent")
     moment = record.time_unix_nano or record.observed_time_unix_nano
     if moment > now_ns + MAX_CLOCK_SKEW_NS:
         raise Refused("its time lies more than a day in the future")

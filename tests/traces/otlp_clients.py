@@ -27,6 +27,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.sampling import Sampler
 
 from traces.otlp import LOGS, TRACES
 
@@ -34,11 +35,16 @@ PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
 
 
-def recording_provider(service: str) -> tuple[TracerProvider, InMemorySpanExporter]:
-    """A fresh SDK provider for ``service`` and the exporter that keeps its ended spans."""
+def recording_provider(
+    service: str, *, sampler: Sampler | None = None
+) -> tuple[TracerProvider, InMemorySpanExporter]:
+    """A fresh SDK provider for ``service`` (with ``sampler``, by default the SDK's) and the
+    exporter that keeps its ended spans."""
     exporter = InMemorySpanExporter()
     provider = TracerProvider(
-        resource=Resource.create({"service.name": service}), shutdown_on_exit=False
+        resource=Resource.create({"service.name": service}),
+        shutdown_on_exit=False,
+        sampler=sampler,
     )
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     return provider, exporter
@@ -56,12 +62,15 @@ def sdk_spans(
 
 
 def sdk_spans_and_logs(
-    build: Callable[[otel_trace.Tracer, Logger], Any], *, service: str = "test-agent"
+    build: Callable[[otel_trace.Tracer, Logger], Any],
+    *,
+    service: str = "test-agent",
+    sampler: Sampler | None = None,
 ) -> tuple[list[ReadableSpan], list[ReadableLogRecord]]:
-    """The spans and log records ``build`` makes with a tracer and a logger of fresh SDK
-    providers (a record emitted inside a span names it), each in the order they ended or
-    were emitted."""
-    provider, exporter = recording_provider(service)
+    """The spans and log records ``build`` makes with a tracer (with ``sampler``) and a
+    logger of fresh SDK providers (a record emitted inside a span names it), each in the
+    order they ended or were emitted."""
+    provider, exporter = recording_provider(service, sampler=sampler)
     logs = InMemoryLogRecordExporter()
     logger_provider = LoggerProvider(
         resource=Resource.create({"service.name": service}), shutdown_on_exit=False

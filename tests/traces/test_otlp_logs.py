@@ -380,3 +380,15 @@ async def test_a_record_whose_trace_is_new_opens_it_once(user):
     assert "output" not in step.data
     assert await waiting_rows() == 0
     assert (await Trace.objects.aget(pk=uuid.UUID(int=spans[0].context.trace_id))).task
+
+
+async def test_records_of_spans_left_out_by_the_sampler_are_rejected(user):
+    """An unsampled span is never exported: its records would open a trace that never fills."""
+    from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
+
+    spans, records = sdk_spans_and_logs(no_span, sampler=ALWAYS_OFF)
+    assert not spans
+    response = await post_otlp(logs_body(records), token=await token_for(user), path="/v1/logs")
+    assert response.status_code == HTTPStatus.BAD_REQUEST
+    assert "not sampled" in rpc_status(response)[1]
+    assert not await Trace.objects.aexists()
