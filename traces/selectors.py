@@ -723,23 +723,79 @@ def steps_by_id(*, trace: Trace, ids: Iterable[uuid.UUID]) -> list[dict[str, Any
 
 
 @dataclass(frozen=True)
+class ShownMessage:
+    """One message of a model conversation in a step's data (``_messages``): its role, its
+    text, and what else it holds (tool calls, parts that are not text) as JSON; ``cut`` when
+    only a preview of the text is shown."""
+
+    role: str
+    text: str
+    extra: str
+    cut: bool
+
+
+@dataclass(frozen=True)
 class ShownValue:
-    """One value of a step's data, pretty-printed; ``cut`` when only a preview is shown."""
+    """One value of a step's data, pretty-printed; ``cut`` when only a preview is shown.
+    ``messages`` when the value is a model conversation, shown as such."""
 
     key: str | None
     text: str
     cut: bool
     size: int
+    messages: list[ShownMessage] | None = None
 
 
 def _pretty(value: Any) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str)
 
 
+#: A list of more messages than this is shown as JSON.
+MESSAGES_SHOWN = 200
+#: The keys of a message that hold its text, in the shapes the conventions give it: a string
+#: (``content``), or a list of parts whose text ones are ``{"type": "text", "text" | "content"}``
+#: (the GenAI conventions' ``parts``, the Vercel AI SDK's and Anthropic's ``content``).
+_MESSAGE_BODIES = ("content", "parts")
+
+
+def _messages(value: Any) -> list[ShownMessage] | None:
+    """``value`` as messages when it is a model conversation: a list of objects that each
+    have a string ``role`` (OpenAI's, the GenAI conventions', OpenLLMetry's and the Vercel
+    AI SDK's shapes alike); None otherwise."""
+    if not isinstance(value, list) or not 0 < len(value) <= MESSAGES_SHOWN:
+        return None
+    if not all(isinstance(item, dict) and isinstance(item.get("role"), str) for item in value):
+        return None
+    return [_message(item) for item in value]
+
+
+def _message(message: dict[str, Any]) -> ShownMessage:
+    texts: list[str] = []
+    rest = {key: item for key, item in message.items() if key not in ("role", *_MESSAGE_BODIES)}
+    for key in _MESSAGE_BODIES:
+        body = message.get(key)
+        if isinstance(body, str):
+            texts.append(body)
+            continue
+        for part in body if isinstance(body, list) else [] if body is None else [body]:
+            text = part.get("text", part.get("content")) if isinstance(part, dict) else None
+            if isinstance(part, dict) and part.get("type") == "text" and isinstance(text, str):
+                texts.append(text)
+            else:
+                rest.setdefault(key, []).append(part)
+    text = "\n\n".join(texts)
+    return ShownMessage(
+        role=message["role"],
+        text=text[:VALUE_PREVIEW_CHARS],
+        extra=_pretty(rest)[:VALUE_PREVIEW_CHARS] if rest else "",
+        cut=len(text) > VALUE_PREVIEW_CHARS,
+    )
+
+
 def step_detail(*, trace: Trace, step_id: uuid.UUID) -> tuple[dict[str, Any], list[ShownValue]]:
     """A step with its full data (one query), and its data as values to show: one per
-    top-level key of an object, else one; longer ones cut to ``VALUE_PREVIEW_CHARS``.
-    ``StepNotFound``."""
+    top-level key of an object, else one; longer ones cut to ``VALUE_PREVIEW_CHARS``; a
+    model conversation as its messages too. ``StepNotFound``."""
     row = step_values(Step.objects.for_trace(trace).filter(pk=step_id), full=True).first()
     if row is None:
         raise StepNotFound(f"Step {step_id} does not exist in trace {trace.id}.")
@@ -757,6 +813,7 @@ def step_detail(*, trace: Trace, step_id: uuid.UUID) -> tuple[dict[str, Any], li
                 text=text[:VALUE_PREVIEW_CHARS],
                 cut=len(text) > VALUE_PREVIEW_CHARS,
                 size=len(text.encode()),
+                messages=_messages(value),
             )
         )
     return step, shown

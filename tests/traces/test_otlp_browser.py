@@ -1,6 +1,7 @@
 """Traces that came in over OTLP in the trace browser (the system Chromium, DevAssist under
-daphne): an OpenInference-style and a GenAI-style trace rendered, spans that arrive
-children first moving under their parent live, and a quiet trace's notice."""
+daphne): an OpenInference-style and a GenAI-style trace rendered, a model call's messages
+from log records, spans that arrive children first moving under their parent live, and a
+quiet trace's notice."""
 
 from __future__ import annotations
 
@@ -13,8 +14,15 @@ import pytest
 from django.utils import timezone
 
 from devassist.tokens import api_token_create
-from tests.traces.otlp_clients import PROTOBUF, protobuf_body, sdk_spans
+from tests.traces.otlp_clients import (
+    PROTOBUF,
+    logs_body,
+    protobuf_body,
+    sdk_spans,
+    sdk_spans_and_logs,
+)
 from tests.traces.test_otlp_ingest import genai_agent, openinference_agent
+from tests.traces.test_otlp_logs import legacy_chat
 from traces.models import Step
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -81,6 +89,35 @@ def test_a_genai_trace_in_the_browser(page, login, screenshot, app_server) -> No
     chat.locator(":scope > .row a.name").click()
     page.locator("#detail").filter(has_text="Weather in Paris?").wait_for()
     screenshot("genai")
+
+
+def test_a_model_call_s_messages_from_log_records_in_the_browser(
+    page, login, screenshot, app_server
+) -> None:
+    """A model call recorded as OpenTelemetry's OpenAI instrumentation records it: its
+    messages came as log records, before the spans; the detail pane shows them as a
+    conversation, the answer's markup as text."""
+    user = login("ada")
+    _, token = api_token_create(user=user, name="otel")
+    spans, records = sdk_spans_and_logs(legacy_chat, service="weather-agent")
+    response = httpx.post(
+        f"{app_server}/v1/logs",
+        content=logs_body(records),
+        headers={"Content-Type": PROTOBUF, "Authorization": f"Bearer {token}"},
+        timeout=30,
+    )
+    assert response.status_code == 200, response.text
+    send(app_server, token, spans)
+
+    page.goto(f"/traces/{trace_id(spans)}/")
+    chat = page.locator("#tree li.node.t-thought").first
+    chat.locator(":scope > .row a.name").click()
+    detail = page.locator("#detail")
+    detail.locator(".messages").first.wait_for()
+    assert detail.locator(".messages .role").all_inner_texts() == ["system", "user", "assistant"]
+    assert "Rain <b>all</b> day." in detail.locator(".messages").last.inner_text()
+    assert detail.locator(".messages b").count() == 0
+    screenshot("messages")
 
 
 def test_spans_sent_before_their_parent_move_under_it_live(

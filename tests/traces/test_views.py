@@ -473,6 +473,57 @@ def test_the_detail_shows_full_data_and_previews_large_values(
     assert f"/traces/{trace.id}/steps/{item.id}/data.json?key=stdout" in content
 
 
+def test_the_detail_shows_a_model_conversation_as_its_messages(
+    signed_in: Client, user: User
+) -> None:
+    """The three shapes the conventions give messages: ``content`` text (OpenAI, OpenLLMetry),
+    GenAI ``parts``, a list of content blocks (the Vercel AI SDK); what is not text (a tool
+    call) shown beside the text as JSON; untrusted text escaped."""
+    trace = make_trace(user)
+    item = step(
+        "thought",
+        data={
+            "input": [
+                {"role": "system", "content": "Be <b>brief</b>."},
+                {"role": "user", "parts": [{"type": "text", "content": "Weather in Paris?"}]},
+            ],
+            "output": [
+                {
+                    "role": "assistant",
+                    "content": [
+                        {"type": "text", "text": "Let me look."},
+                        {"type": "tool-call", "toolName": "getWeather"},
+                    ],
+                }
+            ],
+            "documents": [{"id": "d1"}],
+        },
+    )
+    add(trace, item)
+
+    content = signed_in.get(f"/traces/{trace.id}/steps/{item.id}/").content.decode()
+
+    roles = re.findall(r'<span class="role role-(\w+)">', content)
+    assert roles == ["system", "user", "assistant"]
+    assert "<pre>Be &lt;b&gt;brief&lt;/b&gt;.</pre>" in content
+    assert "<pre>Weather in Paris?</pre>" in content
+    assert "<pre>Let me look.</pre>" in content
+    assert "getWeather" in content
+    assert "<b>brief</b>" not in content
+    # A list of objects without roles stays JSON.
+    assert "&quot;id&quot;: &quot;d1&quot;" in content
+
+
+def test_lists_that_are_not_conversations_are_not_messages() -> None:
+    assert selectors._messages([]) is None
+    assert selectors._messages([{"role": "user"}, {"content": "no role"}]) is None
+    assert selectors._messages(["user"]) is None
+    assert selectors._messages({"role": "user"}) is None
+    (message,) = selectors._messages([{"role": "tool", "content": {"temp": 14}, "id": "c1"}])
+    assert (message.role, message.text) == ("tool", "")
+    assert json.loads(message.extra) == {"content": [{"temp": 14}], "id": "c1"}
+
+
 def test_a_value_downloads_whole(signed_in: Client, user: User) -> None:
     trace = make_trace(user)
     big = "y" * 100_000
