@@ -4,15 +4,22 @@ daphne exactly as `make run` does. The only tests that use SQLite."""
 from __future__ import annotations
 
 import re
+import signal
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from http import HTTPStatus
 from pathlib import Path
 
+import grpc
 import httpx
 import pytest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2_grpc import TraceServiceStub
+from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
 
-from tests.servers import daphne_server, manage
+from tests.servers import REPO, clean_env, daphne_server, free_port, manage
 
 
 @pytest.fixture(scope="module")
@@ -188,3 +195,50 @@ def test_embedded_default_takes_otlp_spans_sent_children_first(
     assert chain == [("agent", 0, 4, 1), ("llm", 1, 3, 1), ("tool", 2, 2, 1), ("sub", 3, 1, 0)]
     (llm,) = tree["root_steps"][0]["children"]
     assert '"input":[{"role":"user","content":"Hello from a log"}]' in llm["data_preview"]
+
+
+def test_embedded_default_takes_otlp_grpc_beside_daphne(
+    embedded_server: tuple[str, Path, str],
+) -> None:
+    """`make otlp-grpc` beside `make run`: a process of its own on the same SQLite file, whose
+    spans the web server's API reads."""
+    base_url, var_dir, _ = embedded_server
+    env = {"DEVASSIST_VAR_DIR": str(var_dir), "DEBUG": "1", "LOG_LEVEL": "WARNING"}
+    token = manage(env, "create_api_token", "demo").strip()
+    address = f"127.0.0.1:{free_port()}"
+    receiver = subprocess.Popen(
+        [sys.executable, "manage.py", "otlp_grpc", "--address", address],
+        cwd=REPO,
+        env=clean_env(env),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    trace_id = "6b8efff798038103d269b633813fc60c"
+    span = Span(
+        trace_id=bytes.fromhex(trace_id),
+        span_id=bytes.fromhex("00000000000000a1"),
+        name="grpc agent",
+        start_time_unix_nano=1_700_000_000_000_000_000,
+        end_time_unix_nano=1_700_000_001_000_000_000,
+    )
+    request = ExportTraceServiceRequest(
+        resource_spans=[ResourceSpans(scope_spans=[ScopeSpans(spans=[span])])]
+    )
+    try:
+        assert receiver.stdout is not None
+        assert receiver.stdout.readline().startswith("OTLP/gRPC on")
+        with grpc.insecure_channel(address) as channel:
+            answer = TraceServiceStub(channel).Export(
+                request, metadata=[("authorization", f"Bearer {token}")], timeout=30
+            )
+        assert not answer.HasField("partial_success")
+    finally:
+        receiver.send_signal(signal.SIGTERM)
+        receiver.communicate(timeout=30)
+    tree = httpx.get(
+        f"{base_url}/api/traces/{uuid.UUID(trace_id)}/tree",
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=10,
+    ).json()
+    assert tree["trace"]["status"] == "completed"
+    assert [node["name"] for node in tree["root_steps"]] == ["grpc agent"]
