@@ -519,7 +519,9 @@ def test_lists_that_are_not_conversations_are_not_messages() -> None:
     assert selectors._messages([{"role": "user"}, {"content": "no role"}]) is None
     assert selectors._messages(["user"]) is None
     assert selectors._messages({"role": "user"}) is None
-    (message,) = selectors._messages([{"role": "tool", "content": {"temp": 14}, "id": "c1"}])
+    shown = selectors._messages([{"role": "tool", "content": {"temp": 14}, "id": "c1"}])
+    assert shown is not None
+    (message,) = shown
     assert (message.role, message.text) == ("tool", "")
     assert json.loads(message.extra) == {"content": [{"temp": 14}], "id": "c1"}
 
