@@ -194,6 +194,9 @@ def otlp_logs_ingest(*, user: Any, batch: LogBatch) -> IngestOutcome:
             )
             try:
                 with transaction.atomic():
+                    # The trace locked (or opened) first: its steps are read, and the records
+                    # that wait are written, under its lock (``otlp_spans_ingest`` reads
+                    # them under it).
                     store.open_or_add_sync(new_trace, [], check=check)
                     stored = dict(
                         Step.objects.filter(trace_id=trace_id, pk__in=list(logs.events))
