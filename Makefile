@@ -63,7 +63,7 @@ MESSAGES_ARGS := $(foreach l,$(LOCALES),--locale $(l)) --add-location file --no-
 	--ignore benchmarks --ignore tests
 
 .PHONY: run test lint format typecheck install lock clean model-venv model-server messages \
-	compilemessages otlp-grpc
+	compilemessages otlp-grpc vercel-ai-agent
 
 $(STAMP_RUN): requirements/run.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -117,6 +117,15 @@ run: $(RUN_STAMPS)
 		|| echo "warning: no sandbox image, code execution is unavailable (see docs/sandbox-image.md)"
 	@echo "DevAssist on http://$(HOST):$(PORT)/ (Ctrl+C stops it)"
 	$(RUN_ENV) $(BIN)/daphne -b $(HOST) -p $(PORT) devassist.asgi:application
+
+# The Vercel AI SDK agent of the OTLP tests (tests/traces/vercel_ai), from its npm lock; needs
+# Node.js and npm (the CI installs them). Without it the test skips (fails with CI=true).
+VERCEL_AI := tests/traces/vercel_ai
+$(VERCEL_AI)/node_modules/.installed: $(VERCEL_AI)/package-lock.json
+	npm ci --prefix $(VERCEL_AI) --no-audit --no-fund --loglevel=error
+	touch $@
+
+vercel-ai-agent: $(VERCEL_AI)/node_modules/.installed
 
 # OTLP/gRPC ingestion on 127.0.0.1:4317 (OTLP_GRPC_ADDRESS), beside `make run`, for agents whose
 # exporter speaks gRPC (docs/opentelemetry.md); serves until Ctrl+C.

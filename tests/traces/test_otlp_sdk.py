@@ -2,13 +2,14 @@
 the SDK is pointed at DevAssist by the two standard variables (``OTEL_EXPORTER_OTLP_ENDPOINT``
 and ``OTEL_EXPORTER_OTLP_HEADERS``), through the SDK's ``BatchSpanProcessor`` and OTLP/HTTP
 exporter (protobuf, gzip); OTLP/JSON posted by a plain HTTP client; the parts of two traces
-sent at once over many connections, as a Collector's parallel exporters send them; and an agent
+sent at once over many connections, as a Collector's parallel exporters send them; an agent
 process instrumented by OpenTelemetry's own OpenAI instrumentation, whose prompts and answers
-are log records."""
+are log records; and a Vercel AI SDK agent (TypeScript, under Node.js) with telemetry on."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import uuid
@@ -30,6 +31,7 @@ from opentelemetry.trace import Tracer
 
 from devassist.tokens import api_token_create
 from tests.agent.fake_openai import FakeOpenAI
+from tests.conftest import require
 from tests.traces.otlp_clients import (
     JSON,
     PROTOBUF,
@@ -255,3 +257,58 @@ def test_openai_s_own_instrumentation_shows_what_the_model_was_asked_and_answere
     assert "Weather in Paris?" in page.content.decode()
     assert "Rain &lt;b&gt;all&lt;/b&gt; day." in page.content.decode()
     assert "<b>all</b>" not in page.content.decode()
+
+
+VERCEL_AI = Path(__file__).resolve().parent / "vercel_ai"
+
+
+def test_a_vercel_ai_sdk_agent_pointed_at_devassist_is_recorded(app_server, user):
+    """The AI SDK's own telemetry (a ``generateText`` call, its two model calls and the tool
+    call between them), sent by the OpenTelemetry Node SDK configured by the two variables."""
+    require(
+        shutil.which("node") is not None and (VERCEL_AI / "node_modules" / ".installed").exists(),
+        "no Vercel AI SDK agent (make vercel-ai-agent: Node.js and npm)",
+    )
+    _, token = api_token_create(user=user, name="vercel-ai")
+    with FakeOpenAI() as model:
+        model.script(
+            [{"tool_calls": [{"name": "getWeather", "arguments": {"city": "Paris"}}]}, "Rain."]
+        )
+        agent = subprocess.run(
+            ["node", "agent.mjs"],
+            cwd=VERCEL_AI,
+            env={
+                **os.environ,
+                "OTEL_EXPORTER_OTLP_ENDPOINT": app_server,
+                "OTEL_EXPORTER_OTLP_HEADERS": f"x-api-key={token}",
+                "OTEL_SERVICE_NAME": "vercel-agent",
+                "OPENAI_BASE_URL": model.base_url,
+            },
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    assert agent.returncode == 0, agent.stderr
+    assert agent.stdout.strip() == "Rain."
+    trace = Trace.objects.get(user=user)
+    assert (trace.agent_type, trace.status) == ("vercel-agent", TraceStatus.COMPLETED)
+    assert trace.task == '{"prompt":"Weather in Paris?"}'
+    (root,) = trace_tree(trace=trace)
+    assert (root["name"], root["step_type"]) == ("ai.generateText", StepType.GOAL)
+    calls = root["children"]
+    assert [(c["name"], c["step_type"]) for c in calls] == [
+        ("ai.generateText.doGenerate", StepType.THOUGHT),
+        ("ai.toolCall", StepType.ACTION),
+        ("ai.generateText.doGenerate", StepType.THOUGHT),
+    ]
+    # The call's usage restates its model calls': each token counted once.
+    assert root["tokens"] == 0
+    assert trace.total_tokens == calls[0]["tokens"] + calls[2]["tokens"] > 0
+    tool = Step.objects.get(trace=trace, name="ai.toolCall")
+    assert tool.data["tool_name"] == "getWeather"
+    assert tool.data["arguments"] == {"city": "Paris"}
+    assert tool.data["result"] == {"city": "Paris", "sky": "rain"}
+    first = Step.objects.get(pk=uuid.UUID(calls[0]["step_id"]))
+    assert first.data["input"][0]["role"] == "user"
+    assert first.data["output"][0]["toolName"] == "getWeather"
