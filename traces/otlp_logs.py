@@ -178,17 +178,27 @@ def _record_event(record: LogRecord, *, limits: Limits, now_ns: int) -> dict[str
 # --- events into a step's data ------------------------------------------------------------------
 
 
-def with_log_events(data: Mapping[str, Any], events: Iterable[dict[str, Any]]) -> dict[str, Any]:
+def with_log_events(
+    data: Mapping[str, Any], events: Iterable[dict[str, Any]], *, max_events: int
+) -> dict[str, Any]:
     """The step data ``data`` (an OTLP span's, ``traces.otlp``) with its span's log record
     ``events`` among its events, in time order. The GenAI content of an event becomes the
     step's ``input`` / ``output`` messages, appended to those earlier records gave (the keys
     the records filled are listed in ``otel_span.from_logs``); when the span set that key
-    itself, the content stays in the event."""
+    itself, the content stays in the event.
+
+    A step keeps at most ``max_events`` events (``OTLP_MAX_EVENTS``, as for a span's own):
+    the records past them are not kept, and counted in ``otel_span.dropped.log_records`` (a
+    span that logs without end would otherwise grow its step with every request)."""
     updated = dict(data)
     otel = dict(updated.get("otel_span") or {})
     from_logs = set(otel.get("from_logs", ()))
     kept = list(updated.get("events") or [])
+    dropped = 0
     for event in events:
+        if len(kept) >= max_events:
+            dropped += 1
+            continue
         content, rest = _content(event)
         if any(key in updated and key not in from_logs for key in content):
             kept.append(event)  # the span's own input or output stands; this one stays whole
@@ -203,6 +213,11 @@ def with_log_events(data: Mapping[str, Any], events: Iterable[dict[str, Any]]) -
     updated["events"] = kept
     if from_logs:
         otel["from_logs"] = sorted(from_logs)
+    if dropped:
+        counts = dict(otel.get("dropped") or {})
+        counts["log_records"] = counts.get("log_records", 0) + dropped
+        otel["dropped"] = counts
+    if from_logs or dropped:
         updated["otel_span"] = otel
     return updated
 

@@ -167,8 +167,9 @@ def _with_waiting_log_events(
     for _, step_id, step_events in waiting:
         events[step_id] += step_events
     PendingLogEvents.objects.filter(pk__in=[pk for pk, _, _ in waiting]).delete()
+    max_events = Limits.current().max_events
     return [
-        replace(step, data=with_log_events(step.data, events[step.id]))
+        replace(step, data=with_log_events(step.data, events[step.id], max_events=max_events))
         if step.id in events
         else step
         for step in steps
@@ -185,6 +186,7 @@ def otlp_logs_ingest(*, user: Any, batch: LogBatch) -> IngestOutcome:
     written, as ``otlp_spans_ingest`` does."""
     store = get_trace_store()
     check = functools.partial(_owned_otlp_trace, user=user)
+    max_events = Limits.current().max_events
     foreign = 0
     with transaction.atomic():
         for trace_id in sorted(batch.traces):
@@ -205,7 +207,11 @@ def otlp_logs_ingest(*, user: Any, batch: LogBatch) -> IngestOutcome:
                     )
                     if stored:
                         updates = {
-                            step_id: {"data": with_log_events(data, logs.events[step_id])}
+                            step_id: {
+                                "data": with_log_events(
+                                    data, logs.events[step_id], max_events=max_events
+                                )
+                            }
                             for step_id, data in stored.items()
                         }
                         store.open_or_add_sync(new_trace, [], updates=updates, check=check)

@@ -247,7 +247,7 @@ def test_a_span_s_own_messages_stand_and_the_record_keeps_its_content():
         "body": {"content": "from the record"},
         "source": "log",
     }
-    merged = with_log_events(data, [event])
+    merged = with_log_events(data, [event], max_events=10)
     assert merged["input"] == [{"role": "user", "content": "from the span"}]
     assert merged["events"] == [event]
     assert "otel_span" not in merged
@@ -266,8 +266,8 @@ def test_records_of_several_requests_append_in_order_among_the_span_s_events():
             "source": "log",
         }
 
-    first = with_log_events(data, [user_says("one", 0)])
-    both = with_log_events(first, [user_says("two", 2)])
+    first = with_log_events(data, [user_says("one", 0)], max_events=10)
+    both = with_log_events(first, [user_says("two", 2)], max_events=10)
     assert both["input"] == [{"role": "user", "content": "one"}, {"role": "user", "content": "two"}]
     assert [e["name"] for e in both["events"]] == [
         "gen_ai.user.message",
@@ -392,3 +392,15 @@ async def test_records_of_spans_left_out_by_the_sampler_are_rejected(user):
     assert response.status_code == HTTPStatus.BAD_REQUEST
     assert "not sampled" in rpc_status(response)[1]
     assert not await Trace.objects.aexists()
+
+
+def test_a_step_keeps_at_most_the_events_a_span_may_have_and_counts_the_rest():
+    data = {"events": [{"name": "own", "time": "2026-12-05T10:00:00.000000Z", "attributes": {}}]}
+
+    def line(index: int) -> dict[str, Any]:
+        return {"name": "log", "time": f"2026-12-05T10:00:{index:02d}.000000Z", "body": index}
+
+    first = with_log_events(data, [line(1), line(2), line(3)], max_events=3)
+    again = with_log_events(first, [line(4)], max_events=3)
+    assert [e.get("body") for e in again["events"]] == [None, 1, 2]
+    assert again["otel_span"]["dropped"] == {"log_records": 2}
