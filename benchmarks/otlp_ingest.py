@@ -46,9 +46,7 @@ import contextlib
 import os
 import random
 import shutil
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -369,31 +367,6 @@ def prepare_user() -> str:
 
 
 @contextlib.contextmanager
-def grpc_receiver(env: dict[str, str]) -> Iterator[str]:
-    """DevAssist's OTLP/gRPC receiver (``manage.py otlp_grpc``) on a free loopback port, as a
-    ``grpc://host:port`` endpoint, once it listens."""
-    from tests.servers import clean_env, free_port
-
-    address = f"127.0.0.1:{free_port()}"
-    receiver = subprocess.Popen(
-        [sys.executable, "manage.py", "otlp_grpc", "--address", address],
-        cwd=REPO_ROOT,
-        env=clean_env(env),
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert receiver.stdout is not None
-        line = receiver.stdout.readline()
-        if not line.startswith("OTLP/gRPC on"):
-            raise RuntimeError(f"manage.py otlp_grpc did not start: {line!r}")
-        yield f"grpc://{address}"
-    finally:
-        receiver.send_signal(signal.SIGTERM)
-        receiver.communicate(timeout=30)
-
-
-@contextlib.contextmanager
 def phoenix_server(python: Path) -> Iterator[str]:
     """``phoenix serve`` on free loopback ports with a working directory of its own."""
     from tests.servers import free_port, http_server
@@ -504,7 +477,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         token = prepare_user()
         connection.close()
 
-        from tests.servers import daphne_server
+        from tests.servers import daphne_server, otlp_grpc_process
 
         env = {
             "DATABASE_URL": os.environ["DATABASE_URL"],
@@ -519,34 +492,26 @@ def main(argv: Sequence[str] | None = None) -> int:
             headers = {"Authorization": f"Bearer {token}"}
             with httpx.Client(base_url=base_url, headers=headers, timeout=120) as client:
                 read_devassist(client, "0" * 31 + "1")  # warm the server up
-                runs = [
-                    measure(
-                        plan,
-                        endpoint=f"{base_url}/v1/traces",
-                        headers=headers,
-                        reader=lambda trace_id: read_devassist(client, trace_id),
-                        reads=args.reads,
-                        poll_s=0.02,
-                        give_up_s=args.give_up,
-                        pace_s=args.pace,
-                    )
-                    for _ in range(args.runs)
-                ]
+
+                def measured(endpoint: str) -> list[Run]:
+                    return [
+                        measure(
+                            plan,
+                            endpoint=endpoint,
+                            headers=headers,
+                            reader=lambda trace_id: read_devassist(client, trace_id),
+                            reads=args.reads,
+                            poll_s=0.02,
+                            give_up_s=args.give_up,
+                            pace_s=args.pace,
+                        )
+                        for _ in range(args.runs)
+                    ]
+
+                runs = measured(f"{base_url}/v1/traces")
                 if args.grpc:
-                    with grpc_receiver(env) as endpoint:
-                        grpc_runs = [
-                            measure(
-                                plan,
-                                endpoint=endpoint,
-                                headers=headers,
-                                reader=lambda trace_id: read_devassist(client, trace_id),
-                                reads=args.reads,
-                                poll_s=0.02,
-                                give_up_s=args.give_up,
-                                pace_s=args.pace,
-                            )
-                            for _ in range(args.runs)
-                        ]
+                    with otlp_grpc_process(env) as address:
+                        grpc_runs = measured(f"grpc://{address}")
             results["DevAssist"] = report("DevAssist (daphne, PostgreSQL)", runs)
             if args.grpc:
                 report("DevAssist over OTLP/gRPC (manage.py otlp_grpc, PostgreSQL)", grpc_runs)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -119,3 +120,29 @@ def daphne_server(
         started=started,
     ) as base_url:
         yield base_url
+
+
+@contextmanager
+def otlp_grpc_process(env: dict[str, str]) -> Iterator[str]:
+    """Run ``manage.py otlp_grpc`` with ``clean_env(env)`` on a free loopback port and yield
+    its address (``host:port``) once it listens; then stop it with SIGTERM, which it must
+    end on cleanly (exit 0, saying so): a ``RuntimeError`` otherwise."""
+    address = f"127.0.0.1:{free_port()}"
+    receiver = subprocess.Popen(
+        [sys.executable, "manage.py", "otlp_grpc", "--address", address],
+        cwd=REPO,
+        env=clean_env(env),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert receiver.stdout is not None
+        line = receiver.stdout.readline()
+        if not line.startswith(f"OTLP/gRPC on {address}"):
+            raise RuntimeError(f"manage.py otlp_grpc did not start: {line!r}")
+        yield address
+    finally:
+        receiver.send_signal(signal.SIGTERM)
+        out, _ = receiver.communicate(timeout=30)
+    if receiver.returncode != 0 or "OTLP/gRPC stopped" not in out:
+        raise RuntimeError(f"manage.py otlp_grpc did not stop cleanly ({receiver.returncode})")

@@ -4,9 +4,6 @@ daphne exactly as `make run` does. The only tests that use SQLite."""
 from __future__ import annotations
 
 import re
-import signal
-import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from http import HTTPStatus
@@ -19,7 +16,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2_grpc import TraceServiceStub
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
 
-from tests.servers import REPO, clean_env, daphne_server, free_port, manage
+from tests.servers import daphne_server, manage, otlp_grpc_process
 
 
 @pytest.fixture(scope="module")
@@ -205,14 +202,6 @@ def test_embedded_default_takes_otlp_grpc_beside_daphne(
     base_url, var_dir, _ = embedded_server
     env = {"DEVASSIST_VAR_DIR": str(var_dir), "DEBUG": "1", "LOG_LEVEL": "WARNING"}
     token = manage(env, "create_api_token", "demo").strip()
-    address = f"127.0.0.1:{free_port()}"
-    receiver = subprocess.Popen(
-        [sys.executable, "manage.py", "otlp_grpc", "--address", address],
-        cwd=REPO,
-        env=clean_env(env),
-        stdout=subprocess.PIPE,
-        text=True,
-    )
     trace_id = "6b8efff798038103d269b633813fc60c"
     span = Span(
         trace_id=bytes.fromhex(trace_id),
@@ -224,17 +213,11 @@ def test_embedded_default_takes_otlp_grpc_beside_daphne(
     request = ExportTraceServiceRequest(
         resource_spans=[ResourceSpans(scope_spans=[ScopeSpans(spans=[span])])]
     )
-    try:
-        assert receiver.stdout is not None
-        assert receiver.stdout.readline().startswith("OTLP/gRPC on")
-        with grpc.insecure_channel(address) as channel:
-            answer = TraceServiceStub(channel).Export(
-                request, metadata=[("authorization", f"Bearer {token}")], timeout=30
-            )
-        assert not answer.HasField("partial_success")
-    finally:
-        receiver.send_signal(signal.SIGTERM)
-        receiver.communicate(timeout=30)
+    with otlp_grpc_process(env) as address, grpc.insecure_channel(address) as channel:
+        answer = TraceServiceStub(channel).Export(
+            request, metadata=[("authorization", f"Bearer {token}")], timeout=30
+        )
+    assert not answer.HasField("partial_success")
     tree = httpx.get(
         f"{base_url}/api/traces/{uuid.UUID(trace_id)}/tree",
         headers={"Authorization": f"Bearer {token}"},

@@ -5,9 +5,6 @@ the standard variables, send spans and log records to DevAssist's ``TraceService
 from __future__ import annotations
 
 import random
-import signal
-import subprocess
-import sys
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -27,7 +24,7 @@ from opentelemetry.sdk.trace.export import SpanExportResult
 
 from devassist.tokens import api_token_create
 from tests.browser import live_server_env
-from tests.servers import REPO, clean_env, free_port
+from tests.servers import otlp_grpc_process
 from tests.traces.otlp_clients import export_request, logs_request, sdk_spans, sdk_spans_and_logs
 from tests.traces.test_otlp_ingest import genai_agent, step_of, trace_of
 from tests.traces.test_otlp_logs import LEGACY_INPUT, LEGACY_OUTPUT, legacy_chat, no_span
@@ -128,23 +125,15 @@ def test_calls_past_the_limits_are_resource_exhausted(receiver, user, settings):
 
 
 def test_the_command_serves_until_sigterm(django_db_blocker, live_model, tmp_path, user):
-    port = free_port()
-    env = clean_env(live_server_env(django_db_blocker, live_model, tmp_path))
-    command = [sys.executable, "manage.py", "otlp_grpc", "--address", f"127.0.0.1:{port}"]
-    server = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, text=True)
-    try:
-        assert server.stdout is not None
-        assert server.stdout.readline().startswith(f"OTLP/gRPC on 127.0.0.1:{port}")
-        spans = sdk_spans(genai_agent)
-        answer = call(f"127.0.0.1:{port}", TraceServiceStub, export_request(spans), token_of(user))
-        assert not answer.HasField("partial_success")
-        assert Trace.objects.get(pk=trace_of(spans)).total_steps == len(spans)
-        assert Step.objects.filter(pk=step_of(spans[0])).exists()
-    finally:
-        server.send_signal(signal.SIGTERM)
-        out, _ = server.communicate(timeout=30)
-    assert server.returncode == 0
-    assert "OTLP/gRPC stopped" in out
+    """``manage.py otlp_grpc`` in a process of its own: it serves, and SIGTERM ends it
+    cleanly (``otlp_grpc_process`` checks)."""
+    spans = sdk_spans(genai_agent)
+    env = live_server_env(django_db_blocker, live_model, tmp_path)
+    with otlp_grpc_process(env) as address:
+        answer = call(address, TraceServiceStub, export_request(spans), token_of(user))
+    assert not answer.HasField("partial_success")
+    assert Trace.objects.get(pk=trace_of(spans)).total_steps == len(spans)
+    assert Step.objects.filter(pk=step_of(spans[0])).exists()
 
 
 def test_metrics_are_unimplemented_with_how_to_stop_sending_them(receiver, user):
