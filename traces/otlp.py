@@ -326,6 +326,9 @@ class TraceSpans:
     duration_ms: int | None = None
     task: str | None = None
     root_service: str | None = None
+    #: The root span's step, when the batch holds it without an input (its task is then its
+    #: name, unless log records that waited for it give it one: ``traces.services``).
+    unnamed_root: uuid.UUID | None = None
 
     @property
     def otel_trace_id(self) -> str:
@@ -442,7 +445,15 @@ def _set_root(entry: TraceSpans, span: Span, step: StepCreate, service: str) -> 
         else TraceStatus.COMPLETED
     )
     entry.duration_ms = step.duration_ms
-    entry.task = (_as_text(step.data.get("input")) or span.name)[:TASK_CHARS]
+    entry.task = task_of(step.data.get("input"), span.name)
+    if step.data.get("input") is None:
+        entry.unnamed_root = step.id
+
+
+def task_of(root_input: Any, name: str) -> str:
+    """A trace's task: its root's input (a string as it is, structured input as its JSON
+    text), else its name, cut to ``TASK_CHARS``."""
+    return (_as_text(root_input) or name)[:TASK_CHARS]
 
 
 def _as_text(value: Any) -> str:

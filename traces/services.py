@@ -20,7 +20,16 @@ from django.db import transaction
 from devassist.exceptions import DomainError
 from traces.exceptions import TraceNotFromOtlp, TraceOfAnotherUser
 from traces.models import OTEL_METADATA_KEY, PendingLogEvents, Step, Trace, TraceMode
-from traces.otlp import LOGS, Limits, Refusals, Signal, SpanBatch, request_spans
+from traces.otlp import (
+    LOGS,
+    Limits,
+    Refusals,
+    Signal,
+    SpanBatch,
+    TraceSpans,
+    request_spans,
+    task_of,
+)
 from traces.otlp_logs import LogBatch, request_log_records, with_log_events
 from traces.store import StepCreate, get_trace_store
 
@@ -118,12 +127,13 @@ def otlp_spans_ingest(*, user: Any, batch: SpanBatch) -> IngestOutcome:
     with transaction.atomic():
         for trace_id in sorted(batch.traces):
             spans = batch.traces[trace_id]
+            task = _task_from_waiting_input(spans) or spans.task
             new_trace = _new_otlp_trace(
                 trace_id,
                 user=user,
                 service=spans.root_service or spans.service,
                 resource=spans.resource,
-                task=spans.task or "",
+                task=task or "",
             )
             try:
                 store.open_or_add_sync(
@@ -135,7 +145,7 @@ def otlp_spans_ingest(*, user: Any, batch: SpanBatch) -> IngestOutcome:
                     prepare=functools.partial(_with_waiting_log_events, trace_id),
                     complete=spans.complete,
                     total_duration_ms=spans.duration_ms,
-                    task=spans.task,
+                    task=task,
                     agent_type=spans.root_service,
                 )
             except DomainError as exc:
@@ -149,6 +159,23 @@ def _refused(batch: Refusals, exc: DomainError, *, otel_trace_id: str, count: in
     batch.reject(count, f"trace {otel_trace_id}: {exc.message}")
     logger.info("otlp_trace_rejected", otel_trace_id=otel_trace_id, code=exc.code, items=count)
     return count if isinstance(exc, TraceOfAnotherUser) else 0
+
+
+def _task_from_waiting_input(spans: TraceSpans) -> str | None:
+    """The task of a trace whose root span came without an input, from the input that log
+    records waiting for it give it (a plain script's model call is its root, its messages
+    log records); None when none wait. Read before the trace's lock: a record that commits
+    in between leaves the root's name as the task, nothing worse."""
+    if spans.unnamed_root is None:
+        return None
+    waiting = PendingLogEvents.objects.filter(
+        trace_id=spans.trace_id, step_id=spans.unnamed_root
+    ).order_by("pk")
+    events = [event for row in waiting.values_list("events", flat=True) for event in row]
+    if not events:
+        return None
+    root_input = with_log_events({}, events, max_events=Limits.current().max_events).get("input")
+    return task_of(root_input, "") or None
 
 
 def _with_waiting_log_events(

@@ -404,3 +404,28 @@ def test_a_step_keeps_at_most_the_events_a_span_may_have_and_counts_the_rest():
     again = with_log_events(first, [line(4)], max_events=3)
     assert [e.get("body") for e in again["events"]] == [None, 1, 2]
     assert again["otel_span"]["dropped"] == {"log_records": 2}
+
+
+def plain_chat(tracer: otel_trace.Tracer, logger: Logger) -> None:
+    """A plain script's model call as the instrumentation records it: the chat span is the
+    trace's root, its messages log records."""
+    with tracer.start_as_current_span("chat gpt-4o", attributes={"gen_ai.operation.name": "chat"}):
+        logger.emit(
+            event_name="gen_ai.user.message",
+            body={"content": "Weather in Paris?"},
+            attributes=GENAI,
+        )
+
+
+async def test_a_root_model_call_is_named_after_the_messages_that_came_before_it(user):
+    spans, records = sdk_spans_and_logs(plain_chat)
+    token = await token_for(user)
+    await post_otlp(logs_body(records), token=token, path="/v1/logs")
+    await post_otlp(protobuf_body(spans), token=token)
+    trace = await Trace.objects.aget(pk=trace_of(spans))
+    assert trace.status == TraceStatus.COMPLETED
+    assert trace.task == '[{"role":"user","content":"Weather in Paris?"}]'
+    # Without records before it, the root's name.
+    later, _ = sdk_spans_and_logs(plain_chat)
+    await post_otlp(protobuf_body(later), token=token)
+    assert (await Trace.objects.aget(pk=trace_of(later))).task == "chat gpt-4o"
