@@ -890,6 +890,9 @@ def _gather_list(
                 continue  # not a field of a numbered item: it stays an attribute
             if item and path[1] == item and len(path) > 2:
                 path = [path[0], *path[2:]]  # OpenInference's ``<i>.message.<field>``
+                # ...and its ``tool_calls.<j>.tool_call.<field>`` inside a message.
+                if path[1:4:2] == ["tool_calls", "tool_call"] and len(path) > 4:
+                    path = [*path[:3], *path[4:]]
             node = found
             for name in path[:-1]:
                 node = node.setdefault(name, {})

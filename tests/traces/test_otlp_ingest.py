@@ -488,6 +488,35 @@ async def test_flattened_messages_keep_their_order_and_lose_nothing(user):
     assert data["attributes"]["gen_ai.completion.1.content"] == "clashes with fields: stays"
 
 
+async def test_openinference_s_tool_calls_in_a_message_are_a_list_of_calls(user):
+    """OpenInference writes a message's tool calls as ``tool_calls.<j>.tool_call.<field>``:
+    each call is its fields, without the ``tool_call`` level."""
+    prefix = "llm.output_messages.0.message"
+    attributes = {
+        "openinference.span.kind": "LLM",
+        f"{prefix}.role": "assistant",
+        f"{prefix}.tool_calls.0.tool_call.id": "call_1",
+        f"{prefix}.tool_calls.0.tool_call.function.name": "get_weather",
+        f"{prefix}.tool_calls.0.tool_call.function.arguments": '{"city": "Paris"}',
+        f"{prefix}.tool_calls.1.tool_call.function.name": "get_time",
+    }
+    spans = sdk_spans(lambda tracer: tracer.start_span("llm", attributes=attributes).end())
+    assert (await post_otlp(protobuf_body(spans), token=await token_for(user))).status_code == 200
+    _, steps, _ = await stored(trace_of(spans))
+    assert steps["llm"].data["output"] == [
+        {
+            "role": "assistant",
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+                },
+                {"function": {"name": "get_time"}},
+            ],
+        }
+    ]
+
+
 async def test_children_sent_before_their_parents_are_kept_then_attached(user):
     spans = sdk_spans(openinference_agent)  # in the order they ended: children first
     token = await token_for(user)

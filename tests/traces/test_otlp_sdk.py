@@ -8,6 +8,7 @@ are log records; and a Vercel AI SDK agent (TypeScript, under Node.js) with tele
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -205,6 +206,34 @@ def test_parts_of_two_traces_sent_at_once_over_many_connections(app_server, user
         assert not Step.objects.filter(trace=trace, pending_parent_id__isnull=False).exists()
 
 
+def run_openai_agent(
+    instrumentation: str, app_server: str, user: Any, env: dict[str, str] | None = None
+) -> None:
+    """Run ``tests.traces.openai_agent`` with ``instrumentation``, pointed at the live server
+    by the standard variables (and ``env``), its model answering "Rain <b>all</b> day."."""
+    _, token = api_token_create(user=user, name="openai-agent")
+    with FakeOpenAI() as model:
+        model.script(["Rain <b>all</b> day."])
+        agent = subprocess.run(
+            [sys.executable, "-m", "tests.traces.openai_agent", instrumentation],
+            cwd=Path(__file__).resolve().parents[2],
+            env={
+                **os.environ,
+                "OTEL_EXPORTER_OTLP_ENDPOINT": app_server,
+                "OTEL_EXPORTER_OTLP_HEADERS": f"Authorization=Bearer%20{token}",
+                "OTEL_SERVICE_NAME": "weather-agent",
+                "OPENAI_BASE_URL": model.base_url,
+                "OPENAI_API_KEY": "test-key",
+                **(env or {}),
+            },
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    assert agent.returncode == 0, agent.stderr
+
+
 @pytest.mark.parametrize(
     ("semconv", "capture"), [("", "true"), ("gen_ai_latest_experimental", "event_only")]
 )
@@ -214,28 +243,15 @@ def test_openai_s_own_instrumentation_shows_what_the_model_was_asked_and_answere
     """The instrumentation records a model call's messages as log records only (events of the
     conventions up to 1.36 by default; one ``operation.details`` event with the later ones):
     pointed at DevAssist by the standard variables, the call's step shows them."""
-    _, token = api_token_create(user=user, name="openai-agent")
-    with FakeOpenAI() as model:
-        model.script(["Rain <b>all</b> day."])
-        agent = subprocess.run(
-            [sys.executable, "-m", "tests.traces.openai_agent"],
-            cwd=Path(__file__).resolve().parents[2],
-            env={
-                **os.environ,
-                "OTEL_EXPORTER_OTLP_ENDPOINT": app_server,
-                "OTEL_EXPORTER_OTLP_HEADERS": f"Authorization=Bearer%20{token}",
-                "OTEL_SERVICE_NAME": "weather-agent",
-                "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": capture,
-                "OTEL_SEMCONV_STABILITY_OPT_IN": semconv,
-                "OPENAI_BASE_URL": model.base_url,
-                "OPENAI_API_KEY": "test-key",
-            },
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-    assert agent.returncode == 0, agent.stderr
+    run_openai_agent(
+        "otel",
+        app_server,
+        user,
+        {
+            "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": capture,
+            "OTEL_SEMCONV_STABILITY_OPT_IN": semconv,
+        },
+    )
     trace = Trace.objects.get(user=user)
     assert (trace.agent_type, trace.status) == ("weather-agent", TraceStatus.COMPLETED)
     (root,) = trace_tree(trace=trace)
@@ -312,3 +328,39 @@ def test_a_vercel_ai_sdk_agent_pointed_at_devassist_is_recorded(app_server, user
     first = Step.objects.get(pk=uuid.UUID(calls[0]["step_id"]))
     assert first.data["input"][0]["role"] == "user"
     assert first.data["output"][0]["toolName"] == "getWeather"
+
+
+def test_openinference_s_instrumentation_of_openai_is_recorded(app_server, user, client):
+    """Arize's ``openinference-instrumentation-openai``: an LLM span with the request and
+    response as JSON and the messages flattened one attribute per field."""
+    run_openai_agent("openinference", app_server, user)
+    trace = Trace.objects.get(user=user)
+    chat = Step.objects.get(trace=trace, name="ChatCompletion")
+    assert (chat.step_type, chat.data["model"]) == (StepType.THOUGHT, "gpt-4o")
+    assert chat.tokens == chat.data["usage"]["total_tokens"] == trace.total_tokens > 0
+    assert chat.data["input"]["messages"][1] == {"role": "user", "content": "Weather in Paris?"}
+    assert chat.data["input_messages"] == [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Weather in Paris?"},
+    ]
+    assert chat.data["output_messages"] == [
+        {"role": "assistant", "content": "Rain <b>all</b> day."}
+    ]
+    (offered,) = chat.data["tools"]
+    assert json.loads(offered["json_schema"])["function"]["name"] == "get_weather"
+    client.force_login(user)
+    page = client.get(f"/traces/{trace.id}/steps/{chat.id}/").content.decode()
+    assert "Rain &lt;b&gt;all&lt;/b&gt; day." in page
+
+
+def test_openllmetry_s_instrumentation_of_openai_is_recorded(app_server, user):
+    """Traceloop's ``opentelemetry-instrumentation-openai`` (OpenLLMetry): a ``chat`` span with
+    the GenAI conventions' messages as JSON text."""
+    run_openai_agent("openllmetry", app_server, user, {"TRACELOOP_TRACE_CONTENT": "true"})
+    trace = Trace.objects.get(user=user)
+    chat = Step.objects.get(trace=trace, name="openai.chat")
+    assert (chat.step_type, chat.data["model"]) == (StepType.THOUGHT, "gpt-4o")
+    assert chat.tokens == chat.data["usage"]["total_tokens"] == trace.total_tokens > 0
+    asked = [part["content"] for m in chat.data["input"] for part in m["parts"]]
+    assert asked == ["Be brief.", "Weather in Paris?"]
+    assert chat.data["output"][0]["parts"][0]["content"] == "Rain <b>all</b> day."
