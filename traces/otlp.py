@@ -742,7 +742,7 @@ _TOTAL_TOKENS = (
     "ai.usage.totalTokens",
     "ai.usage.tokens",
 )
-_COST = ("gen_ai.usage.cost", "llm.cost.total", "gen_ai.usage.total_cost")
+_COST = ("gen_ai.usage.cost", "llm.cost.total", "gen_ai.usage.total_cost", "operation.cost")
 
 
 def _count(attributes: Mapping[str, Any], keys: Iterable[str]) -> int | None:
@@ -770,7 +770,8 @@ def tokens_of(attributes: Mapping[str, Any]) -> int:
 
 
 def cost_of(attributes: Mapping[str, Any]) -> Decimal:
-    """The span's cost in USD (``gen_ai.usage.cost``, ``llm.cost.total``), to 8 places; 0
+    """The span's cost in USD (``gen_ai.usage.cost``, ``llm.cost.total``,
+    ``gen_ai.usage.total_cost``, Pydantic AI's ``operation.cost``), to 8 places; 0
     when it names none or one that is not a finite amount the store holds."""
     for key in _COST:
         value = attributes.get(key)

@@ -364,3 +364,48 @@ def test_openllmetry_s_instrumentation_of_openai_is_recorded(app_server, user):
     asked = [part["content"] for m in chat.data["input"] for part in m["parts"]]
     assert asked == ["Be brief.", "Weather in Paris?"]
     assert chat.data["output"][0]["parts"][0]["content"] == "Rain <b>all</b> day."
+
+
+def test_a_pydantic_ai_agent_is_recorded(app_server, user, client):
+    """Pydantic AI's instrumentation (the GenAI conventions: ``invoke_agent``, ``chat`` and
+    ``execute_tool`` spans, messages as JSON text, its ``operation.cost``)."""
+    _, token = api_token_create(user=user, name="pydantic-ai")
+    with FakeOpenAI() as model:
+        model.script(
+            [{"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}]}, "Rain."]
+        )
+        agent = subprocess.run(
+            [sys.executable, "-m", "tests.traces.pydantic_ai_agent"],
+            cwd=Path(__file__).resolve().parents[2],
+            env={
+                **os.environ,
+                "OTEL_EXPORTER_OTLP_ENDPOINT": app_server,
+                "OTEL_EXPORTER_OTLP_HEADERS": f"x-api-key={token}",
+                "OTEL_SERVICE_NAME": "pydantic-agent",
+                "OPENAI_BASE_URL": model.base_url,
+            },
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    assert agent.returncode == 0, agent.stderr
+    assert agent.stdout.strip() == "Rain."
+    trace = Trace.objects.get(user=user)
+    assert (trace.agent_type, trace.status) == ("pydantic-agent", TraceStatus.COMPLETED)
+    (root,) = trace_tree(trace=trace)
+    assert (root["name"], root["step_type"]) == ("invoke_agent agent", StepType.GOAL)
+    assert [(c["name"], c["step_type"]) for c in root["children"]] == [
+        ("chat gpt-4o", StepType.THOUGHT),
+        ("execute_tool get_weather", StepType.ACTION),
+        ("chat gpt-4o", StepType.THOUGHT),
+    ]
+    tool = Step.objects.get(trace=trace, name="execute_tool get_weather")
+    assert tool.data["tool_name"] == "get_weather"
+    assert tool.data["arguments"] == {"city": "Paris"}
+    assert tool.data["result"] == "rain in Paris"
+    first, _, last = root["children"]
+    assert trace.total_tokens == first["tokens"] + last["tokens"] > 0
+    assert trace.total_cost > 0  # its operation.cost, on the model calls
+    answer = Step.objects.get(pk=uuid.UUID(last["step_id"]))
+    assert answer.data["output"][0]["parts"][0]["content"] == "Rain."
