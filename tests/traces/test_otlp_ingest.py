@@ -316,7 +316,7 @@ async def test_an_openinference_trace_becomes_a_tree_of_steps(user, encoding):
     assert llm.data["output_messages"] == [
         {
             "role": "assistant",
-            "tool_calls": [{"tool_call": {"function": {"name": "calculator"}}}],
+            "tool_calls": [{"function": {"name": "calculator"}}],
         }
     ]
     assert not [k for k in llm.data["attributes"] if k.startswith("llm.input_messages")]
