@@ -43,6 +43,9 @@ class Command(BaseCommand):
         host = options["address"].rsplit(":", 1)[0]
         self.stdout.write(f"OTLP/gRPC on {host}:{port} (TraceService, LogsService)", ending="\n")
         self.stdout.flush()
-        stopping.wait()
+        # Woken every second: a signal that the kernel hands to one of the server's threads
+        # runs its Python handler only once this (main) thread runs again.
+        while not stopping.wait(timeout=1):
+            pass
         server.stop(STOP_GRACE_S).wait()
         self.stdout.write("OTLP/gRPC stopped")
