@@ -206,22 +206,29 @@ def test_parts_of_two_traces_sent_at_once_over_many_connections(app_server, user
         assert not Step.objects.filter(trace=trace, pending_parent_id__isnull=False).exists()
 
 
-def run_openai_agent(
-    instrumentation: str, app_server: str, user: Any, env: dict[str, str] | None = None
-) -> None:
-    """Run ``tests.traces.openai_agent`` with ``instrumentation``, pointed at the live server
-    by the standard variables (and ``env``), its model answering "Rain <b>all</b> day."."""
-    _, token = api_token_create(user=user, name="openai-agent")
+def run_agent(
+    module: str,
+    app_server: str,
+    user: Any,
+    *,
+    replies: list[Any],
+    args: tuple[str, ...] = (),
+    service: str = "weather-agent",
+    env: dict[str, str] | None = None,
+) -> str:
+    """Run the agent ``python -m <module> <args>``, pointed at the live server by the
+    standard variables (and ``env``), its model answering ``replies``; its output."""
+    _, token = api_token_create(user=user, name="agent")
     with FakeOpenAI() as model:
-        model.script(["Rain <b>all</b> day."])
+        model.script(replies)
         agent = subprocess.run(
-            [sys.executable, "-m", "tests.traces.openai_agent", instrumentation],
+            [sys.executable, "-m", module, *args],
             cwd=Path(__file__).resolve().parents[2],
             env={
                 **os.environ,
                 "OTEL_EXPORTER_OTLP_ENDPOINT": app_server,
                 "OTEL_EXPORTER_OTLP_HEADERS": f"Authorization=Bearer%20{token}",
-                "OTEL_SERVICE_NAME": "weather-agent",
+                "OTEL_SERVICE_NAME": service,
                 "OPENAI_BASE_URL": model.base_url,
                 "OPENAI_API_KEY": "test-key",
                 **(env or {}),
@@ -232,6 +239,22 @@ def run_openai_agent(
             check=False,
         )
     assert agent.returncode == 0, agent.stderr
+    return agent.stdout
+
+
+def run_openai_agent(
+    instrumentation: str, app_server: str, user: Any, env: dict[str, str] | None = None
+) -> None:
+    """``tests.traces.openai_agent`` with ``instrumentation``, its model answering
+    "Rain <b>all</b> day."."""
+    run_agent(
+        "tests.traces.openai_agent",
+        app_server,
+        user,
+        replies=["Rain <b>all</b> day."],
+        args=(instrumentation,),
+        env=env,
+    )
 
 
 @pytest.mark.parametrize(
@@ -369,28 +392,17 @@ def test_openllmetry_s_instrumentation_of_openai_is_recorded(app_server, user):
 def test_a_pydantic_ai_agent_is_recorded(app_server, user, client):
     """Pydantic AI's instrumentation (the GenAI conventions: ``invoke_agent``, ``chat`` and
     ``execute_tool`` spans, messages as JSON text, its ``operation.cost``)."""
-    _, token = api_token_create(user=user, name="pydantic-ai")
-    with FakeOpenAI() as model:
-        model.script(
-            [{"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}]}, "Rain."]
-        )
-        agent = subprocess.run(
-            [sys.executable, "-m", "tests.traces.pydantic_ai_agent"],
-            cwd=Path(__file__).resolve().parents[2],
-            env={
-                **os.environ,
-                "OTEL_EXPORTER_OTLP_ENDPOINT": app_server,
-                "OTEL_EXPORTER_OTLP_HEADERS": f"x-api-key={token}",
-                "OTEL_SERVICE_NAME": "pydantic-agent",
-                "OPENAI_BASE_URL": model.base_url,
-            },
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-    assert agent.returncode == 0, agent.stderr
-    assert agent.stdout.strip() == "Rain."
+    output = run_agent(
+        "tests.traces.pydantic_ai_agent",
+        app_server,
+        user,
+        replies=[
+            {"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}]},
+            "Rain.",
+        ],
+        service="pydantic-agent",
+    )
+    assert output.strip() == "Rain."
     trace = Trace.objects.get(user=user)
     assert (trace.agent_type, trace.status) == ("pydantic-agent", TraceStatus.COMPLETED)
     (root,) = trace_tree(trace=trace)
