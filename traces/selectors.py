@@ -108,11 +108,26 @@ def otlp_quiet_since(trace: Trace, *, now: datetime | None = None) -> datetime |
     ``OTLP_QUIET`` ago (the trace's start when none has); None for any other trace (one
     query, for a running OTLP trace only). Such a trace runs until its root span arrives,
     and an agent stopped before it ended its root span never sends it."""
-    if not (trace.is_running and trace.is_otlp):
-        return None
-    last = Step.objects.for_trace(trace).order_by("-seq").values_list("created_at", flat=True)
-    since = last.first() or trace.created_at
-    return since if since < (now or timezone.now()) - OTLP_QUIET else None
+    return otlp_quiet([trace], now=now).get(trace.id)
+
+
+def otlp_quiet(
+    traces: Iterable[Trace], *, now: datetime | None = None
+) -> dict[uuid.UUID, datetime]:
+    """``otlp_quiet_since`` of each of ``traces`` that is quiet, by trace id: one query
+    when any of them is a running OTLP trace, none otherwise."""
+    watched = [trace.pk for trace in traces if trace.is_running and trace.is_otlp]
+    if not watched:
+        return {}
+    last_step = Step.objects.filter(trace=OuterRef("pk")).order_by("-seq").values("created_at")
+    rows = (
+        Trace.objects.filter(pk__in=watched)
+        .annotate(last_step_at=Subquery(last_step[:1]))
+        .values_list("pk", "created_at", "last_step_at")
+    )
+    cutoff = (now or timezone.now()) - OTLP_QUIET
+    quiet = {pk: last or created for pk, created, last in rows}
+    return {pk: since for pk, since in quiet.items() if since < cutoff}
 
 
 @dataclass(frozen=True)

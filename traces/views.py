@@ -51,14 +51,17 @@ def trace_list(request: HtmxHttpRequest) -> HttpResponse:
     template = (
         "traces/list.html#list" if request.htmx.target == "trace-list" else "traces/list.html"
     )
-    return render(request, template, {"page": page, "filters": filters})
+    quiet = selectors.otlp_quiet(page.traces)
+    rows = [(trace, quiet.get(trace.id)) for trace in page.traces]
+    return render(request, template, {"page": page, "rows": rows, "filters": filters})
 
 
 @require_GET
 @_not_found_is_404
 def trace_list_row(request: HtmxHttpRequest, trace_id: uuid.UUID) -> HttpResponse:
     trace = selectors.trace_get_for(viewer=request.user, trace_id=trace_id)
-    return render(request, "traces/_list_row.html", {"trace": trace})
+    context = {"trace": trace, "quiet_since": selectors.otlp_quiet_since(trace)}
+    return render(request, "traces/_list_row.html", context)
 
 
 @require_GET

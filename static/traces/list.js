@@ -14,6 +14,7 @@
       const message = JSON.parse(event.data);
       const current = document.getElementById("t-" + id);
       if (!current) { socket.close(); return; }
+      if (message.event === "step_added") current.querySelector(".quiet-mark")?.remove();  // a span came
       const totals = message.totals || message.trace;
       if (totals) {
         for (const name of ["total_steps", "error_count", "total_tokens", "total_cost"]) {

@@ -156,11 +156,23 @@ def test_a_quiet_trace_says_so_until_a_span_arrives(page, login, app_server) -> 
     user = login("ada")
     _, token = api_token_create(user=user, name="otel")
     spans = sdk_spans(openinference_agent)
-    first, rest = spans[:1], spans[1:-1]
+    first, second, rest = spans[:1], spans[1:2], spans[2:-1]
+
+    def quiet_for_20_minutes() -> None:
+        Step.objects.filter(trace_id=trace_id(spans)).update(
+            created_at=timezone.now() - timedelta(minutes=20)
+        )
+
     send(app_server, token, first)
-    Step.objects.filter(trace_id=trace_id(spans)).update(
-        created_at=timezone.now() - timedelta(minutes=20)
-    )
+    quiet_for_20_minutes()
+    # The list marks the trace's row, and unmarks it when a span arrives.
+    page.goto("/traces/")
+    mark = page.locator(f"#t-{trace_id(spans)} .quiet-mark")
+    assert "no span for 20" in mark.inner_text()
+    # Sent before or after the row's watch connects: it replays from the row's last seq.
+    send(app_server, token, second)
+    mark.wait_for(state="detached")
+    quiet_for_20_minutes()
 
     page.goto(f"/traces/{trace_id(spans)}/")
     page.locator("#live-state").filter(has_text="live").wait_for()

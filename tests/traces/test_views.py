@@ -313,6 +313,43 @@ def test_a_quiet_otlp_trace_says_its_root_span_may_never_come(
     assert 'id="trace-quiet"' not in signed_in.get(f"/traces/{own.id}/").content.decode()
 
 
+def test_the_list_marks_quiet_otlp_traces_in_one_query(
+    signed_in: Client, user: User, django_assert_num_queries: Any
+) -> None:
+    """The list says which running OTLP traces have had no span for a while (a stopped
+    agent's, whose root span never comes), with one query for all of them."""
+    quiet = [otlp_trace(user, quiet_for=timedelta(hours=2)) for _ in range(2)]
+    recent = otlp_trace(user, quiet_for=timedelta(seconds=30))
+    empty = make_trace(user, task="", metadata={"otel": {}})  # opened by log records alone
+    Trace.objects.filter(pk=empty.pk).update(created_at=datetime.now(UTC) - timedelta(hours=3))
+    own = react_trace(user)
+    Step.objects.filter(trace=own).update(created_at=datetime.now(UTC) - timedelta(hours=2))
+
+    # session, user, the page, the quiet traces, the user's theme
+    with django_assert_num_queries(5):
+        content = signed_in.get("/traces/").content.decode()
+
+    marked = {
+        row_id: "quiet-mark" in row
+        for row_id, row in re.findall(r'<tr id="t-([0-9a-f-]+)"(.*?)</tr>', content, re.S)
+    }
+    assert marked == {
+        str(quiet[0].id): True,
+        str(quiet[1].id): True,
+        str(recent.id): False,
+        str(empty.id): True,
+        str(own.id): False,
+    }
+    assert re.search(r"no span for 2\shours<", content)
+    assert re.search(r"no span for 3\shours<", content)
+    chinese = signed_in.get("/traces/", headers={"Accept-Language": "zh-CN,zh;q=0.9"})
+    assert re.search(r"已有 2\s小时没有新的 span", chinese.content.decode())
+    # The row a finished trace is reloaded as has no mark; a quiet one's keeps it.
+    assert "quiet-mark" in signed_in.get(f"/traces/{quiet[0].id}/row/").content.decode()
+    Trace.objects.filter(pk=quiet[0].pk).update(status="completed")
+    assert "quiet-mark" not in signed_in.get(f"/traces/{quiet[0].id}/row/").content.decode()
+
+
 def test_the_trace_page_uses_constant_queries(
     signed_in: Client, user: User, django_assert_num_queries: Any
 ) -> None:
