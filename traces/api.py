@@ -35,6 +35,7 @@ from traces.schemas import (
     TraceOut,
     TraceStatusName,
     TreeOut,
+    WaitingLogRecordsOut,
 )
 from traces.selectors import CHILD_WINDOW, MAX_DEPTH
 from traces.store import StepCreate, get_trace_store
@@ -69,6 +70,11 @@ class NodeQuery(Schema):
 class EventsQuery(Schema):
     after_seq: int = NinjaField(0, ge=0, le=MAX_INT)
     limit: int = NinjaField(1000, ge=1, le=settings.TRACE_EVENT_PAGE_MAX)
+
+
+class WaitingLogRecordsQuery(Schema):
+    offset: int = NinjaField(0, ge=0, le=MAX_INT)
+    limit: int = NinjaField(100, ge=1, le=1000)
 
 
 async def _visible_trace(request: HttpRequest, trace_id: uuid.UUID) -> Trace:
@@ -255,3 +261,25 @@ async def trace_events(
     return await sync_to_async(selectors.trace_event_page)(
         trace=trace, after_seq=query.after_seq, limit=query.limit
     )
+
+
+@router.get(
+    "/{trace_id}/waiting-log-records",
+    response=WaitingLogRecordsOut,
+    url_name="trace_waiting_log_records",
+)
+async def trace_waiting_log_records(
+    request: HttpRequest, trace_id: uuid.UUID, query: Query[WaitingLogRecordsQuery]
+) -> dict[str, Any]:
+    """The log records of an OTLP trace's spans that have not arrived, by span, oldest first:
+    they join each span's step when it does (one whose exporter dropped it never comes).
+    Empty for any other trace."""
+    trace = await _visible_trace(request, trace_id)
+    waiting = await sync_to_async(selectors.waiting_log_records)(
+        trace, offset=query.offset, limit=query.limit
+    )
+    return {
+        "spans": [span.as_dict() for span in waiting.spans],
+        "total_spans": waiting.total_spans,
+        "next_offset": waiting.next_offset,
+    }

@@ -255,6 +255,9 @@ class PendingLogEvents(models.Model):
 
     trace = models.ForeignKey(Trace, on_delete=models.CASCADE, related_name="+")
     step_id = models.UUIDField()
+    #: The span's OpenTelemetry id (16 hex digits; empty in rows stored before it was kept),
+    #: to name the span while it has no step.
+    span_id = models.CharField(max_length=16, blank=True, default="")
     events = models.JSONField(default=list)
     received_at = models.DateTimeField(auto_now_add=True)
 

@@ -76,6 +76,8 @@ class TraceLogs:
     service: str
     resource: dict[str, Any]
     events: dict[uuid.UUID, list[dict[str, Any]]] = field(default_factory=dict)
+    #: The OpenTelemetry span id (hex) of each step in ``events``.
+    span_ids: dict[uuid.UUID, str] = field(default_factory=dict)
 
     @property
     def otel_trace_id(self) -> str:
@@ -131,6 +133,7 @@ def request_log_records(
                     )
                 step_id = span_step_id(record.trace_id, record.span_id)
                 entry.events.setdefault(step_id, []).append(event)
+                entry.span_ids[step_id] = record.span_id.hex()
     return batch
 
 

@@ -184,3 +184,18 @@ class EventsOut(Schema):
     events: list[dict[str, Any]]
     last_seq: int
     has_more: bool
+
+
+class WaitingSpanOut(Schema):
+    """The log records of a span that has not arrived, as step events (docs/opentelemetry.md)."""
+
+    step_id: str = Field(description="The step the span will be.")
+    span_id: str | None = Field(description="The span's OpenTelemetry id (hex).")
+    received_at: str = Field(description="When its first record came.")
+    events: list[dict[str, Any]]
+
+
+class WaitingLogRecordsOut(Schema):
+    spans: list[WaitingSpanOut]
+    total_spans: int
+    next_offset: int | None

@@ -25,7 +25,7 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.db import connection
-from django.db.models import Count, F, Min, OuterRef, Q, QuerySet, Subquery, Value
+from django.db.models import Count, F, Max, Min, OuterRef, Q, QuerySet, Subquery, Value
 from django.db.models.expressions import Window
 from django.db.models.functions import Coalesce, RowNumber
 from django.utils import timezone
@@ -44,9 +44,10 @@ from traces.exceptions import (
     TraceNotFound,
     TreeTooLarge,
 )
-from traces.models import Step, StepType, Trace, TraceEvent
+from traces.models import PendingLogEvents, Step, StepType, Trace, TraceEvent
 from traces.projections import (
     event_dict,
+    iso,
     step_added_event,
     step_from_values,
     step_values,
@@ -81,6 +82,8 @@ TRACE_PAGE_SIZE = 25
 EXPORT_CHUNK = 1000
 #: A running OTLP trace that has had no new span for this long says so on its page.
 OTLP_QUIET = timedelta(minutes=5)
+#: The spans whose waiting log records the trace page shows (the API pages through all).
+WAITING_SPANS_SHOWN = 20
 
 
 # --- traces -------------------------------------------------------------------------------------
@@ -122,12 +125,86 @@ def otlp_quiet(
     last_step = Step.objects.filter(trace=OuterRef("pk")).order_by("-seq").values("created_at")
     rows = (
         Trace.objects.filter(pk__in=watched)
+        .order_by()
         .annotate(last_step_at=Subquery(last_step[:1]))
         .values_list("pk", "created_at", "last_step_at")
     )
     cutoff = (now or timezone.now()) - OTLP_QUIET
     quiet = {pk: last or created for pk, created, last in rows}
     return {pk: since for pk, since in quiet.items() if since < cutoff}
+
+
+@dataclass(frozen=True)
+class WaitingSpan:
+    """The log records of a span that has not arrived (``PendingLogEvents``): they become
+    its step's events when it does."""
+
+    step_id: uuid.UUID
+    #: The span's OpenTelemetry id (hex); empty for records stored before it was kept.
+    span_id: str
+    #: When its first record came.
+    received_at: datetime
+    events: list[dict[str, Any]]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "step_id": str(self.step_id),
+            "span_id": self.span_id or None,
+            "received_at": iso(self.received_at),
+            "events": self.events,
+        }
+
+
+@dataclass(frozen=True)
+class WaitingLogRecords:
+    """A window of the spans of a trace whose log records wait for them, oldest first."""
+
+    spans: list[WaitingSpan]
+    total_spans: int
+    offset: int
+
+    @property
+    def next_offset(self) -> int | None:
+        end = self.offset + len(self.spans)
+        return end if end < self.total_spans else None
+
+    @property
+    def more_spans(self) -> int:
+        """The spans after the window."""
+        return max(self.total_spans - self.offset - len(self.spans), 0)
+
+
+def waiting_log_records(
+    trace: Trace, *, offset: int = 0, limit: int = WAITING_SPANS_SHOWN
+) -> WaitingLogRecords:
+    """The log records of ``trace``'s spans that have not arrived (yet, while it runs; an
+    exporter that dropped a span, or a span sent elsewhere, never sends it), grouped by span,
+    the ``limit`` spans from ``offset`` in the order their first records came. No query for
+    a trace not recorded over OTLP, one when no records wait, three otherwise."""
+    if not trace.is_otlp:
+        return WaitingLogRecords(spans=[], total_spans=0, offset=offset)
+    waiting = PendingLogEvents.objects.filter(trace=trace)
+    spans = (
+        waiting.values("step_id")
+        .annotate(first=Min("pk"), span_id=Max("span_id"), received_at=Min("received_at"))
+        .order_by("first")
+        .values_list("step_id", "span_id", "received_at")
+    )
+    total = spans.count()
+    window = list(spans[offset : offset + limit]) if total > offset else []
+    events: dict[uuid.UUID, list[dict[str, Any]]] = {step_id: [] for step_id, _, _ in window}
+    if window:
+        rows = waiting.filter(step_id__in=list(events)).order_by("pk")
+        for step_id, step_events in rows.values_list("step_id", "events"):
+            events[step_id] += step_events
+    return WaitingLogRecords(
+        spans=[
+            WaitingSpan(step_id=step_id, span_id=span_id, received_at=at, events=events[step_id])
+            for step_id, span_id, at in window
+        ],
+        total_spans=total,
+        offset=offset,
+    )
 
 
 @dataclass(frozen=True)
@@ -997,7 +1074,9 @@ def _export_chunk(trace_id: uuid.UUID, after_seq: int) -> list[dict[str, Any]]:
 async def export_chunks(trace: Trace) -> AsyncIterator[bytes]:
     """The trace as one JSON document, ``{"trace": {...}, "steps": [...]}``, every step with
     its full data in seq order, in pieces of ``EXPORT_CHUNK`` steps (one query each), so a
-    trace of any size streams in constant memory."""
+    trace of any size streams in constant memory. An OTLP trace with log records waiting for
+    spans that have not arrived adds them (``"waiting_log_records"``, as the API's
+    ``spans``), so the file holds everything stored for the trace."""
     head = json_bytes(trace_dict(trace))
     yield b'{"trace":' + head + b',"steps":['
     after = -1
@@ -1012,4 +1091,13 @@ async def export_chunks(trace: Trace) -> AsyncIterator[bytes]:
         after = chunk[-1]["seq"]
         if len(chunk) < EXPORT_CHUNK:
             break
-    yield b"]}"
+    opened = False
+    offset: int | None = 0 if trace.is_otlp else None
+    while offset is not None:
+        waiting = await sync_to_async(waiting_log_records)(trace, offset=offset, limit=EXPORT_CHUNK)
+        if waiting.spans:
+            body = b",".join(json_bytes(span.as_dict()) for span in waiting.spans)
+            yield (b"," if opened else b'],"waiting_log_records":[') + body
+            opened = True
+        offset = waiting.next_offset if waiting.spans else None
+    yield b"]}"  # the last list (steps or waiting records), the document

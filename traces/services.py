@@ -243,7 +243,12 @@ def otlp_logs_ingest(*, user: Any, batch: LogBatch) -> IngestOutcome:
                         }
                         store.open_or_add_sync(new_trace, [], updates=updates, check=check)
                     PendingLogEvents.objects.bulk_create(
-                        PendingLogEvents(trace_id=trace_id, step_id=step_id, events=events)
+                        PendingLogEvents(
+                            trace_id=trace_id,
+                            step_id=step_id,
+                            span_id=logs.span_ids[step_id],
+                            events=events,
+                        )
                         for step_id, events in logs.events.items()
                         if step_id not in stored
                     )

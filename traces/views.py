@@ -70,16 +70,22 @@ def trace_page(request: HtmxHttpRequest, trace_id: uuid.UUID) -> HttpResponse:
     trace = selectors.trace_get_for(viewer=request.user, trace_id=trace_id)
     if request.htmx.target == "trace-header":  # its totals, status and task, once it ends
         return render(request, "traces/trace.html#header", {"trace": trace})
+    if request.htmx.target == "waiting-logs":  # once a span they waited for arrives
+        waiting = selectors.waiting_log_records(trace)
+        return render(request, "traces/trace.html#waiting", {"trace": trace, "waiting": waiting})
     step_id = TreeQueryForm(request.GET).step_id()
     tree = selectors.tree_view(trace=trace, step_id=step_id)
     if request.GET.get("step") and step_id is None:
         tree.notices.append(_("Ignored step: not a step id; showing the trace from the top."))
     if request.htmx.target == "tree":
         return render(request, "traces/trace.html#tree", {"trace": trace, "tree": tree})
-    quiet_since = selectors.otlp_quiet_since(trace)
-    return render(
-        request, "traces/trace.html", {"trace": trace, "tree": tree, "quiet_since": quiet_since}
-    )
+    context = {
+        "trace": trace,
+        "tree": tree,
+        "quiet_since": selectors.otlp_quiet_since(trace),
+        "waiting": selectors.waiting_log_records(trace),
+    }
+    return render(request, "traces/trace.html", context)
 
 
 @require_GET

@@ -395,6 +395,10 @@
       setTotals(message.trace);
     } else if (message.event === "step_added") {
       document.getElementById("trace-quiet")?.remove();  // a span came after all
+      if (document.querySelector('[data-waiting-step="' + message.step.step_id + '"]')) {
+        // Its waiting log records went into its step: the list of those still waiting anew.
+        load(base, "#waiting-logs", "outerHTML");
+      }
       setTotals(message.totals);
       added.add(message.step.step_id);
       parents.set(message.step.step_id, message.step.parent_id);
@@ -407,6 +411,8 @@
       view.dataset.status = message.trace.status;
       // The header as the server renders it: totals, status and the task (an OTLP trace's
       // comes with its root span, which may end it).
+      // Log records still waiting now wait for spans that will not come: said so.
+      if (document.querySelector("#waiting-logs details")) load(base, "#waiting-logs", "outerHTML");
       load(base, "#trace-header", "outerHTML").then(() => {
         const header = document.getElementById("trace-header");
         const rest = document.title.indexOf(" · ");

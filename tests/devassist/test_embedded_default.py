@@ -154,6 +154,9 @@ def test_embedded_default_takes_otlp_spans_sent_children_first(
         )
         assert logged.status_code == HTTPStatus.OK, logged.text
         assert logged.json() == {}
+        waiting_url = f"/api/traces/{uuid.UUID(trace_id)}/waiting-log-records"
+        waiting = client.get(waiting_url).json()
+        assert [(s["span_id"], len(s["events"])) for s in waiting["spans"]] == [(ids["llm"], 1)]
         for offset, name in enumerate(["sub", "tool", "llm", "agent"]):
             body = {
                 "resourceSpans": [
@@ -179,6 +182,7 @@ def test_embedded_default_takes_otlp_spans_sent_children_first(
             assert response.status_code == HTTPStatus.OK, response.text
             assert response.json() == {}
         tree = client.get(f"/api/traces/{uuid.UUID(trace_id)}/tree").json()
+        assert client.get(waiting_url).json()["total_spans"] == 0
 
     assert tree["trace"]["status"] == "completed"
     assert tree["trace"]["total_steps"] == 4

@@ -21,21 +21,26 @@ from tests.traces.otlp_clients import (
     sdk_spans,
     sdk_spans_and_logs,
 )
-from tests.traces.test_otlp_ingest import genai_agent, openinference_agent
-from tests.traces.test_otlp_logs import legacy_chat
+from tests.traces.test_otlp_ingest import genai_agent, openinference_agent, step_of
+from tests.traces.test_otlp_logs import legacy_chat, two_tools
 from traces.models import Step
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def send(app_server: str, token: str, spans: list[Any]) -> None:
+def send(app_server: str, token: str, spans: list[Any], *, path: str = "/v1/traces") -> None:
+    body = logs_body(spans) if path == "/v1/logs" else protobuf_body(spans)
     response = httpx.post(
-        f"{app_server}/v1/traces",
-        content=protobuf_body(spans),
+        f"{app_server}{path}",
+        content=body,
         headers={"Content-Type": PROTOBUF, "Authorization": f"Bearer {token}"},
         timeout=30,
     )
     assert response.status_code == 200, response.text
+
+
+def send_logs(app_server: str, token: str, records: list[Any]) -> None:
+    send(app_server, token, records, path="/v1/logs")
 
 
 def trace_id(spans: list[Any]) -> uuid.UUID:
@@ -100,13 +105,7 @@ def test_a_model_call_s_messages_from_log_records_in_the_browser(
     user = login("ada")
     _, token = api_token_create(user=user, name="otel")
     spans, records = sdk_spans_and_logs(legacy_chat, service="weather-agent")
-    response = httpx.post(
-        f"{app_server}/v1/logs",
-        content=logs_body(records),
-        headers={"Content-Type": PROTOBUF, "Authorization": f"Bearer {token}"},
-        timeout=30,
-    )
-    assert response.status_code == 200, response.text
+    send_logs(app_server, token, records)
     send(app_server, token, spans)
 
     page.goto(f"/traces/{trace_id(spans)}/")
@@ -118,6 +117,35 @@ def test_a_model_call_s_messages_from_log_records_in_the_browser(
     assert "Rain <b>all</b> day." in detail.locator(".messages").last.inner_text()
     assert detail.locator(".messages b").count() == 0
     screenshot("messages")
+
+
+def test_log_records_waiting_for_their_spans_in_the_browser(
+    page, login, screenshot, app_server
+) -> None:
+    """Records whose spans have not arrived are listed above the tree; a span's go from the
+    list as it arrives, and once the trace ends the rest are said never to have come."""
+    user = login("ada")
+    _, token = api_token_create(user=user, name="otel")
+    spans, records = sdk_spans_and_logs(two_tools, service="tool-agent")
+    search, fetch, root = spans
+    send_logs(app_server, token, records)
+
+    page.goto(f"/traces/{trace_id(spans)}/")
+    page.locator("#live-state").filter(has_text="live").wait_for()
+    waiting = page.locator("#waiting-logs")
+    waiting.locator("summary").click()
+    assert waiting.locator(".waiting-span").count() == 2
+    assert "fetch: <script>alert(1)</script>" in waiting.inner_text()
+    assert waiting.locator("script").count() == 0
+    screenshot("waiting")
+
+    send(app_server, token, [search])
+    page.locator(f'[data-waiting-step="{step_of(search)}"]').wait_for(state="detached")
+    assert "wait for 1 span that has not arrived" in waiting.locator("summary").inner_text()
+    send(app_server, token, [root])
+    page.locator("#trace-status").filter(has_text="completed").wait_for()
+    waiting.locator("summary").filter(has_text="1 span that never arrived").wait_for()
+    assert waiting.locator(f'[data-waiting-step="{step_of(fetch)}"]').count() == 1
 
 
 def test_spans_sent_before_their_parent_move_under_it_live(

@@ -27,7 +27,9 @@ from tests.traces.otlp_clients import (
     sdk_spans_and_logs,
     watching,
 )
+from tests.traces.test_export import export
 from tests.traces.test_otlp_ingest import rpc_status, step_of, token_for, trace_of
+from traces import selectors
 from traces.models import PendingLogEvents, Step, StepType, Trace, TraceStatus
 from traces.otlp_logs import with_log_events
 
@@ -429,3 +431,130 @@ async def test_a_root_model_call_is_named_after_the_messages_that_came_before_it
     later, _ = sdk_spans_and_logs(plain_chat)
     await post_otlp(protobuf_body(later), token=token)
     assert (await Trace.objects.aget(pk=trace_of(later))).task == "chat gpt-4o"
+
+
+# --- records whose span does not arrive ---------------------------------------------------------
+
+
+def two_tools(tracer: otel_trace.Tracer, logger: Logger) -> None:
+    """An agent whose two tool calls log what they do."""
+    with tracer.start_as_current_span(
+        "agent", attributes={"gen_ai.operation.name": "invoke_agent"}
+    ):
+        for tool in ("search", "fetch"):
+            with tracer.start_as_current_span(
+                f"execute_tool {tool}", attributes={"gen_ai.operation.name": "execute_tool"}
+            ):
+                logger.emit(body=f"{tool}: <script>alert(1)</script>", severity_text="WARN")
+                logger.emit(event_name="tool.detail", attributes={"tool": tool, "try": 1})
+
+
+def span_hex(span: Any) -> str:
+    return f"{span.context.span_id:016x}"
+
+
+async def test_records_whose_span_never_came_are_shown_listed_and_exported(
+    user, other_user, monkeypatch
+):
+    """A span's records wait for it (an exporter that dropped the span never sends it): the
+    trace page says so and shows them, escaped, the API pages through them, the JSON export
+    holds them; when the span comes they are its step's."""
+    spans, records = sdk_spans_and_logs(two_tools)
+    search, fetch, root = spans
+    token = await token_for(user)
+    assert (await post_otlp(logs_body(records), token=token, path="/v1/logs")).status_code == 200
+    trace_id = trace_of(spans)
+    browser = AsyncClient()
+    await browser.aforce_login(user)
+
+    page = (await browser.get(f"/traces/{trace_id}/")).content.decode()
+    assert "Log records wait for 2 spans that have not arrived." in page
+    assert f"span {span_hex(search)}" in page
+    assert f"span {span_hex(fetch)}" in page
+    assert "search: &lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert "<script>alert" not in page
+    assert "{&quot;try&quot;:1,&quot;tool&quot;:&quot;fetch&quot;}" in page  # no body: attributes
+    assert '<span class="severity">WARN</span>' in page
+
+    api = f"/api/traces/{trace_id}/waiting-log-records"
+    first = (await browser.get(api, {"limit": 1})).json()
+    assert (first["total_spans"], first["next_offset"]) == (2, 1)
+    (waiting,) = first["spans"]
+    assert (waiting["span_id"], waiting["step_id"]) == (span_hex(search), str(step_of(search)))
+    assert [(e["name"], e.get("body"), e.get("severity")) for e in waiting["events"]] == [
+        ("log", "search: <script>alert(1)</script>", "WARN"),
+        ("tool.detail", None, None),
+    ]
+    second = (await browser.get(api, {"offset": 1, "limit": 1})).json()
+    assert [s["span_id"] for s in second["spans"]] == [span_hex(fetch)]
+    assert second["next_offset"] is None
+    bad = await browser.get(api, {"limit": 0})
+    assert bad.status_code == HTTPStatus.UNPROCESSABLE_ENTITY
+    assert bad.json()["error"]["code"] == "validation_error"
+
+    # The search span and the root arrive; the fetch span never does.
+    assert (await post_otlp(protobuf_body([search, root]), token=token)).status_code == 200
+    assert [
+        e["name"]
+        for e in (await sync_to_async(Step.objects.get)(pk=step_of(search))).data["events"]
+    ] == ["log", "tool.detail"]
+    page = (await browser.get(f"/traces/{trace_id}/")).content.decode()
+    assert "Log records came for 1 span that never arrived." in page
+    assert f"span {span_hex(search)}" not in page
+    assert f"span {span_hex(fetch)}" in page
+    chinese = await browser.get(f"/traces/{trace_id}/", headers={"Accept-Language": "zh-CN"})
+    assert "有日志记录属于 1 个始终没有到达的 span。" in chinese.content.decode()
+    # Fetched alone when a span the page lists arrives (the live page's request).
+    fragment = await browser.get(
+        f"/traces/{trace_id}/", headers={"HX-Request": "true", "HX-Target": "waiting-logs"}
+    )
+    assert fragment.content.decode().lstrip().startswith('<div id="waiting-logs">')
+    assert "<html" not in fragment.content.decode()
+
+    trace = await Trace.objects.aget(pk=trace_id)
+    document, _ = await export(browser, trace)
+    assert len(document["steps"]) == 2
+    assert [s["span_id"] for s in document["waiting_log_records"]] == [span_hex(fetch)]
+    assert document["waiting_log_records"][0]["events"][0]["body"] == (
+        "fetch: <script>alert(1)</script>"
+    )
+
+    # Someone else sees nothing of it.
+    other = AsyncClient()
+    await other.aforce_login(other_user)
+    assert (await other.get(api)).status_code == HTTPStatus.NOT_FOUND
+
+
+async def test_the_export_streams_waiting_records_in_chunks(user, monkeypatch):
+    monkeypatch.setattr(selectors, "EXPORT_CHUNK", 1)
+    spans, records = sdk_spans_and_logs(two_tools)
+    token = await token_for(user)
+    await post_otlp(logs_body(records), token=token, path="/v1/logs")
+    browser = AsyncClient()
+    await browser.aforce_login(user)
+
+    document, chunks = await export(browser, await Trace.objects.aget(pk=trace_of(spans)))
+
+    assert document["steps"] == []
+    assert [s["span_id"] for s in document["waiting_log_records"]] == [
+        span_hex(spans[0]),
+        span_hex(spans[1]),
+    ]
+    assert (
+        chunks == 4
+    )  # the head, one span's records each (the steps' end before the first), the end
+
+
+async def test_a_trace_without_waiting_records_lists_none(user):
+    spans, records = sdk_spans_and_logs(legacy_chat)
+    token = await token_for(user)
+    await post_otlp(logs_body(records), token=token, path="/v1/logs")
+    await post_otlp(protobuf_body(spans), token=token)
+    browser = AsyncClient()
+    await browser.aforce_login(user)
+    listed = await browser.get(f"/api/traces/{trace_of(spans)}/waiting-log-records")
+    assert listed.json() == {"spans": [], "total_spans": 0, "next_offset": None}
+    page = (await browser.get(f"/traces/{trace_of(spans)}/")).content.decode()
+    assert '<div id="waiting-logs"></div>' in page
+    document, _ = await export(browser, await Trace.objects.aget(pk=trace_of(spans)))
+    assert "waiting_log_records" not in document

@@ -16,7 +16,7 @@ from django.test import Client
 
 from tests.traces.factories import add, build_tree, make_trace, step
 from traces import selectors
-from traces.models import Step, Trace
+from traces.models import PendingLogEvents, Step, Trace
 from traces.store import StepCreate
 
 SCRIPT = "<script>alert(1)</script>"
@@ -280,6 +280,11 @@ def test_the_trace_page_shows_the_header_and_the_opened_iterations(
     assert f'data-watch="/api/traces/{trace.id}/watch"' in content
 
 
+#: The queries of a running OTLP trace's page with no log records waiting: session, user,
+#: trace, roots, repeated calls, when its last span came, the waiting spans, the theme.
+QUERIES_OTLP_PAGE = 8
+
+
 def otlp_trace(user: User, *, quiet_for: timedelta) -> Trace:
     """A running trace recorded over OTLP whose last span arrived ``quiet_for`` ago."""
     trace = make_trace(user, task="", agent_type="my-agent", metadata={"otel": {}})
@@ -348,6 +353,33 @@ def test_the_list_marks_quiet_otlp_traces_in_one_query(
     assert "quiet-mark" in signed_in.get(f"/traces/{quiet[0].id}/row/").content.decode()
     Trace.objects.filter(pk=quiet[0].pk).update(status="completed")
     assert "quiet-mark" not in signed_in.get(f"/traces/{quiet[0].id}/row/").content.decode()
+
+
+def test_an_otlp_trace_page_lists_waiting_log_records_in_constant_queries(
+    signed_in: Client, user: User, django_assert_num_queries: Any
+) -> None:
+    """Log records waiting for spans: a count, then the first spans' records, however many."""
+    trace = otlp_trace(user, quiet_for=timedelta(seconds=30))
+    with django_assert_num_queries(QUERIES_OTLP_PAGE):
+        signed_in.get(f"/traces/{trace.id}/")
+    PendingLogEvents.objects.bulk_create(
+        PendingLogEvents(
+            trace=trace,
+            step_id=uuid.uuid4(),
+            span_id=f"{i:016x}" if i else "",
+            events=[{"name": "log", "body": f"line {i}"}] * (25 if i == 0 else 1),
+        )
+        for i in range(30)
+    )
+    # ... the window of spans, their records
+    with django_assert_num_queries(QUERIES_OTLP_PAGE + 2):
+        content = signed_in.get(f"/traces/{trace.id}/").content.decode()
+    assert "Log records wait for 30 spans that have not arrived." in content
+    assert content.count('class="waiting-span"') == 20
+    assert "a span (its id was not recorded)" in content  # a row stored before ids were kept
+    assert content.count("line 0<") == 20
+    assert "and 5 more records" in content
+    assert "The records of 10 more spans are in the JSON export and the API." in content
 
 
 def test_the_trace_page_uses_constant_queries(

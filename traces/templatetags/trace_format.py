@@ -5,12 +5,15 @@ values stay English: they are data, and the API's)."""
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
+import orjson
 from django import template
 from django.utils.formats import number_format
 from django.utils.translation import pgettext_lazy
 
 from traces.outcomes import localized_reason, localized_summary, outcome_symbol
+from traces.projections import clip
 
 register = template.Library()
 
@@ -70,6 +73,22 @@ def as_datetime(value: str | None) -> datetime | None:
         return datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
         return None
+
+
+#: How much of a log record's body (or attributes) a waiting record shows.
+LOG_RECORD_CHARS = 300
+
+
+@register.filter
+def log_record_text(event: dict[str, Any]) -> str:
+    """What a log record event says, in a line: its body (a string as it is, anything else
+    as JSON), else its attributes as JSON; clipped to ``LOG_RECORD_CHARS``."""
+    said = event.get("body")
+    if said is None:
+        said = event.get("attributes") or ""
+    if not isinstance(said, str):
+        said = orjson.dumps(said, default=str).decode()
+    return clip(said, LOG_RECORD_CHARS)
 
 
 # The words for stored values, lazy: each is looked up in the active language only when shown.
