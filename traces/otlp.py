@@ -807,8 +807,10 @@ _OUTPUT_KEYS = (
 )
 _MODEL_KEYS = ("gen_ai.request.model", "gen_ai.response.model", "llm.model_name", "ai.model.id")
 _TOOL_NAME_KEYS = ("tool.name", "gen_ai.tool.name", "traceloop.entity.name", "ai.toolCall.name")
+#: Not OpenInference's ``tool.parameters``: that is the tool's parameters' definition (a JSON
+#: schema, as its own tracers and its OpenAI Agents SDK instrumentation write it), and stays
+#: among the attributes; OpenInference records a call's arguments as its input.
 _TOOL_ARGUMENT_KEYS = (
-    "tool.parameters",
     "gen_ai.tool.call.arguments",
     "ai.toolCall.args",
     "ai.toolCall.input",

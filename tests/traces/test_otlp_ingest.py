@@ -79,7 +79,9 @@ def openinference_agent(tracer: otel_trace.Tracer) -> None:
             attributes={
                 "openinference.span.kind": "TOOL",
                 "tool.name": "calculator",
-                "tool.parameters": '{"expression": "2+2"}',
+                "tool.parameters": '{"type": "object", "properties": {"expression": {}}}',
+                "input.value": '{"expression": "2+2"}',
+                "input.mime_type": "application/json",
                 "output.value": "4",
             },
         ) as tool:
@@ -331,6 +333,8 @@ async def test_an_openinference_trace_becomes_a_tree_of_steps(user, encoding):
     assert tool.data["tool_name"] == "calculator"
     assert tool.data["arguments"] == {"expression": "2+2"}
     assert tool.data["result"] == "4"
+    # The tool's parameters' definition is no call's arguments.
+    assert tool.data["attributes"]["tool.parameters"].startswith('{"type": "object"')
     retrieve = steps["retrieve"]
     assert retrieve.data["input"] == "addition"
     assert retrieve.data["documents"] == [

@@ -421,3 +421,61 @@ def test_a_pydantic_ai_agent_is_recorded(app_server, user, client):
     assert trace.total_cost > 0  # its operation.cost, on the model calls
     answer = Step.objects.get(pk=uuid.UUID(last["step_id"]))
     assert answer.data["output"][0]["parts"][0]["content"] == "Rain."
+
+
+def test_an_openai_agents_sdk_agent_is_recorded(app_server, user, client):
+    """The OpenAI Agents SDK traced by OpenInference: the workflow, the agent, its model
+    calls and its tool."""
+    output = run_agent(
+        "tests.traces.openai_agents_agent",
+        app_server,
+        user,
+        replies=[
+            {"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}]},
+            "Rain.",
+        ],
+        service="agents-sdk",
+    )
+    assert output.strip() == "Rain."
+    trace = Trace.objects.get(user=user)
+    assert (trace.agent_type, trace.status) == ("agents-sdk", TraceStatus.COMPLETED)
+
+    def shape(node: dict[str, Any]) -> tuple[Any, ...]:
+        return (node["name"], node["step_type"], [shape(c) for c in node["children"]])
+
+    (root,) = trace_tree(trace=trace)
+    generation: tuple[Any, ...] = ("generation", StepType.THOUGHT, [])
+    assert shape(root) == (
+        "Agent workflow",
+        StepType.GOAL,
+        [
+            (
+                "Agent workflow",
+                StepType.THOUGHT,
+                [
+                    (
+                        "Weather agent",
+                        StepType.GOAL,
+                        [
+                            ("turn", StepType.THOUGHT, [generation, ("get_weather", "action", [])]),
+                            ("turn", StepType.THOUGHT, [generation]),
+                        ],
+                    )
+                ],
+            )
+        ],
+    )
+    tool = Step.objects.get(trace=trace, name="get_weather")
+    assert tool.data["tool_name"] == "get_weather"
+    assert tool.data["arguments"] == {"city": "Paris"}
+    assert tool.data["result"] == "rain in Paris"
+    assert '"required": ["city"]' in tool.data["attributes"]["tool.parameters"]  # its schema
+    first, last = Step.objects.filter(trace=trace, name="generation").order_by("started_at")
+    assert first.data["output"][0]["tool_calls"][0]["function"]["name"] == "get_weather"
+    assert last.data["input"][-1] == {
+        "role": "tool",
+        "content": "rain in Paris",
+        "tool_call_id": "call_1",
+    }
+    assert last.data["output"][0]["content"] == "Rain."
+    assert trace.total_tokens == first.tokens + last.tokens > 0
