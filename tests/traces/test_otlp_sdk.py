@@ -479,3 +479,41 @@ def test_an_openai_agents_sdk_agent_is_recorded(app_server, user, client):
     }
     assert last.data["output"][0]["content"] == "Rain."
     assert trace.total_tokens == first.tokens + last.tokens > 0
+
+
+def test_a_langchain_agent_is_recorded(app_server, user, client):
+    """LangChain traced by OpenInference: the agent's runnable over its model calls (the
+    messages flattened beside LangChain's own serialisation of them) and its tool."""
+    output = run_agent(
+        "tests.traces.langchain_agent",
+        app_server,
+        user,
+        replies=[
+            {"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}]},
+            "Rain.",
+        ],
+        service="langchain-agent",
+    )
+    assert output.strip() == "Rain."
+    trace = Trace.objects.get(user=user)
+    assert (trace.agent_type, trace.status) == ("langchain-agent", TraceStatus.COMPLETED)
+    assert trace.task == "Weather in Paris?"
+    (root,) = trace_tree(trace=trace)
+    assert (root["name"], root["step_type"]) == ("weather agent", StepType.GOAL)
+    assert [(c["name"], c["step_type"]) for c in root["children"]] == [
+        ("ChatOpenAI", StepType.THOUGHT),
+        ("get_weather", StepType.ACTION),
+        ("ChatOpenAI", StepType.THOUGHT),
+    ]
+    tool = Step.objects.get(trace=trace, name="get_weather")
+    assert (tool.data["tool_name"], tool.data["result"]) == ("get_weather", "rain in Paris")
+    first, last = Step.objects.filter(trace=trace, name="ChatOpenAI").order_by("started_at")
+    assert first.data["input_messages"] == [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Weather in Paris?"},
+    ]
+    (call,) = first.data["output_messages"][0]["tool_calls"]
+    assert call["function"]["name"] == "get_weather"
+    assert last.data["input_messages"][-1]["role"] == "tool"
+    assert last.data["output_messages"] == [{"role": "assistant", "content": "Rain."}]
+    assert trace.total_tokens == first.tokens + last.tokens > 0
