@@ -389,6 +389,13 @@ def test_openllmetry_s_instrumentation_of_openai_is_recorded(app_server, user):
     assert chat.data["output"][0]["parts"][0]["content"] == "Rain <b>all</b> day."
 
 
+#: The model's answers to the agents with a ``get_weather`` tool: call it, then answer.
+WEATHER_TOOL_REPLIES: list[Any] = [
+    {"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}]},
+    "Rain.",
+]
+
+
 def test_a_pydantic_ai_agent_is_recorded(app_server, user, client):
     """Pydantic AI's instrumentation (the GenAI conventions: ``invoke_agent``, ``chat`` and
     ``execute_tool`` spans, messages as JSON text, its ``operation.cost``)."""
@@ -396,10 +403,7 @@ def test_a_pydantic_ai_agent_is_recorded(app_server, user, client):
         "tests.traces.pydantic_ai_agent",
         app_server,
         user,
-        replies=[
-            {"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}]},
-            "Rain.",
-        ],
+        replies=WEATHER_TOOL_REPLIES,
         service="pydantic-agent",
     )
     assert output.strip() == "Rain."
@@ -430,10 +434,7 @@ def test_an_openai_agents_sdk_agent_is_recorded(app_server, user, client):
         "tests.traces.openai_agents_agent",
         app_server,
         user,
-        replies=[
-            {"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}]},
-            "Rain.",
-        ],
+        replies=WEATHER_TOOL_REPLIES,
         service="agents-sdk",
     )
     assert output.strip() == "Rain."
@@ -488,10 +489,7 @@ def test_a_langchain_agent_is_recorded(app_server, user, client):
         "tests.traces.langchain_agent",
         app_server,
         user,
-        replies=[
-            {"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}]},
-            "Rain.",
-        ],
+        replies=WEATHER_TOOL_REPLIES,
         service="langchain-agent",
     )
     assert output.strip() == "Rain."
