@@ -3,6 +3,7 @@ daphne exactly as `make run` does. The only tests that use SQLite."""
 
 from __future__ import annotations
 
+import json
 import re
 import uuid
 from collections.abc import Iterator
@@ -12,6 +13,7 @@ from pathlib import Path
 import grpc
 import httpx
 import pytest
+from websockets.sync.client import connect as ws_connect
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2_grpc import TraceServiceStub
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
@@ -28,7 +30,8 @@ def embedded_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[
     manage(env, "migrate", "--noinput")
     demo = re.search(r"Demo login: username demo  password (\S+)", manage(env, "ensure_demo_user"))
     assert demo is not None
-    with daphne_server(env) as base_url:
+    # Watches read the trace's log after a second of quiet (a gRPC process's spans).
+    with daphne_server({**env, "SSE_HEARTBEAT_S": "1"}) as base_url:
         yield base_url, var_dir, demo.group(1)
 
 
@@ -229,3 +232,47 @@ def test_embedded_default_takes_otlp_grpc_beside_daphne(
     ).json()
     assert tree["trace"]["status"] == "completed"
     assert [node["name"] for node in tree["root_steps"]] == ["grpc agent"]
+
+
+def test_embedded_default_shows_otlp_grpc_spans_on_a_watched_trace(
+    embedded_server: tuple[str, Path, str],
+) -> None:
+    """The gRPC process shares no in-memory channel layer with daphne: its spans reach a
+    watcher of the trace when the watch reads the trace's log on a quiet period
+    (``SSE_HEARTBEAT_S``, 1 s here), not only on reload."""
+    base_url, var_dir, _ = embedded_server
+    env = {"DEVASSIST_VAR_DIR": str(var_dir), "DEBUG": "1", "LOG_LEVEL": "WARNING"}
+    token = manage(env, "create_api_token", "demo").strip()
+    trace_id = "7b8efff798038103d269b633813fc60c"
+
+    def export(span_id: str, name: str, parent: str = "") -> None:
+        span = Span(
+            trace_id=bytes.fromhex(trace_id),
+            span_id=bytes.fromhex(span_id),
+            parent_span_id=bytes.fromhex(parent) if parent else b"",
+            name=name,
+            start_time_unix_nano=1_700_000_000_000_000_000,
+            end_time_unix_nano=1_700_000_001_000_000_000,
+        )
+        request = ExportTraceServiceRequest(
+            resource_spans=[ResourceSpans(scope_spans=[ScopeSpans(spans=[span])])]
+        )
+        answer = TraceServiceStub(channel).Export(
+            request, metadata=[("authorization", f"Bearer {token}")], timeout=30
+        )
+        assert not answer.HasField("partial_success")
+
+    url = f"ws{base_url.removeprefix('http')}/api/traces/{uuid.UUID(trace_id)}/watch"
+    with otlp_grpc_process(env) as address, grpc.insecure_channel(address) as channel:
+        export("00000000000000b2", "first tool", parent="00000000000000b1")
+        with ws_connect(
+            url, additional_headers={"Authorization": f"Bearer {token}"}, open_timeout=10
+        ) as socket:
+            assert json.loads(socket.recv(timeout=10))["event"] == "connected"
+            export("00000000000000b3", "second tool", parent="00000000000000b1")
+            added = json.loads(socket.recv(timeout=20))
+            assert (added["event"], added["step"]["name"]) == ("step_added", "second tool")
+            export("00000000000000b1", "agent")
+            events = [json.loads(socket.recv(timeout=20))["event"] for _ in range(4)]
+    # The root came: the two steps that waited for it moved under it, and the trace ended.
+    assert events == ["step_added", "step_updated", "step_updated", "trace_completed"]
