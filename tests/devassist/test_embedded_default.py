@@ -13,10 +13,10 @@ from pathlib import Path
 import grpc
 import httpx
 import pytest
-from websockets.sync.client import connect as ws_connect
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2_grpc import TraceServiceStub
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
+from websockets.sync.client import connect as ws_connect
 
 from tests.servers import daphne_server, manage, otlp_grpc_process
 
