@@ -1,4 +1,5 @@
-"""The admin: traces, steps and trace events, read-only. A trace's change page shows its step
+"""The admin: traces, steps, trace events and the OTLP log records that wait for their spans,
+read-only. A trace's change page shows its step
 tree (``step_tree``): collapsible, loaded a window at a time (``step_window``), each row with
 its outcome (``traces.outcomes``) and a link into the trace browser."""
 
@@ -16,7 +17,7 @@ from django.utils.html import format_html
 
 from devassist.admin_utils import admin_link, pretty_json
 from devassist.exceptions import NotFound
-from traces.models import Step, Trace, TraceEvent
+from traces.models import PendingLogEvents, Step, Trace, TraceEvent
 from traces.selectors import step_tree_window
 
 #: Children per window of the admin's step tree.
@@ -132,9 +133,16 @@ class TraceAdmin(ReadOnlyAdmin):
 
     @admin.display(description="API")
     def api_links(self, obj: Trace) -> str:
-        return format_html(
+        links = format_html(
             '<a href="/api/traces/{0}">trace</a> · <a href="/api/traces/{0}/tree">tree</a> · '
             '<a href="/api/traces/{0}/events">events</a>',
+            obj.id,
+        )
+        if not obj.is_otlp:
+            return links
+        return links + format_html(
+            ' · <a href="/api/traces/{0}/waiting-log-records">waiting log records</a>'
+            ' (<a href="../../pendinglogevents/?trace__id__exact={0}">admin</a>)',
             obj.id,
         )
 
@@ -212,3 +220,28 @@ class TraceEventAdmin(ReadOnlyAdmin):
     @admin.display(description="payload")
     def payload_pretty(self, obj: TraceEvent) -> str:
         return pretty_json(obj.payload)
+
+
+@admin.register(PendingLogEvents)
+class PendingLogEventsAdmin(ReadOnlyAdmin):
+    """Log records of OTLP spans that have not arrived (one row per span and request): they
+    join the span's step when it does (docs/opentelemetry.md)."""
+
+    list_display = ["span_id", "step_id", "records", "trace_link", "received_at"]
+    search_fields = ["=trace__id", "=span_id"]
+    list_select_related = ["trace"]
+    show_full_result_count = False
+    exclude = ["events"]
+    readonly_fields = ["trace_link", "events_pretty"]
+
+    @admin.display(description="records")
+    def records(self, obj: PendingLogEvents) -> int:
+        return len(obj.events) if isinstance(obj.events, list) else 0
+
+    @admin.display(description="trace")
+    def trace_link(self, obj: PendingLogEvents) -> str:
+        return admin_link(obj.trace, str(obj.trace_id)[:8])
+
+    @admin.display(description="events")
+    def events_pretty(self, obj: PendingLogEvents) -> str:
+        return pretty_json(obj.events)

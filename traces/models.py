@@ -263,6 +263,8 @@ class PendingLogEvents(models.Model):
 
     class Meta:
         indexes = [models.Index(fields=["trace", "step_id"], name="pending_log_events_step")]
+        verbose_name = "waiting log records"
+        verbose_name_plural = "waiting log records"
 
     def __str__(self) -> str:
         return f"{len(self.events)} log event(s) for step {self.step_id}"

@@ -14,7 +14,7 @@ from django.test import Client
 from devassist.models import ApiToken
 from devassist.tokens import api_token_create
 from tests.traces.admin_pages import change_url, count_queries
-from traces.models import Step, Trace, TraceEvent
+from traces.models import PendingLogEvents, Step, Trace, TraceEvent
 from traces.store import StepCreate, get_trace_store
 
 SCRIPT = "<script>alert(1)</script>"
@@ -242,3 +242,43 @@ def test_staff_without_permissions_cannot_see_traces_in_the_admin(
 
     assert client.get("/admin/traces/trace/").status_code == HTTPStatus.FORBIDDEN
     assert client.get(change_url(trace)).status_code == HTTPStatus.FORBIDDEN
+
+
+@pytest.mark.django_db
+def test_log_records_waiting_for_their_spans_are_listed_escaped(
+    admin_client: Client, user: User
+) -> None:
+    """An OTLP trace's page links to its waiting log records; their list and change page
+    show them, escaped, and cannot change them."""
+    trace = async_to_sync(get_trace_store().create_trace)(
+        user=user, task="otlp", metadata={"otel": {}}
+    )
+    waiting = [
+        PendingLogEvents.objects.create(
+            trace=trace,
+            step_id=uuid.uuid4(),
+            span_id=f"{i:016x}",
+            events=[{"name": "log", "body": SCRIPT}] * (i + 1),
+        )
+        for i in range(3)
+    ]
+
+    page = admin_client.get(change_url(trace)).content.decode()
+    assert f"/api/traces/{trace.id}/waiting-log-records" in page
+    assert f"../../pendinglogevents/?trace__id__exact={trace.id}" in page
+    listed = admin_client.get(f"/admin/traces/pendinglogevents/?trace__id__exact={trace.id}")
+    assert listed.context["cl"].result_count == 3
+    assert "0000000000000002" in listed.content.decode()
+    with_three = count_queries(admin_client, "/admin/traces/pendinglogevents/")
+    PendingLogEvents.objects.bulk_create(
+        PendingLogEvents(trace=trace, step_id=uuid.uuid4(), events=[]) for _ in range(10)
+    )
+    assert count_queries(admin_client, "/admin/traces/pendinglogevents/") == with_three
+    content = admin_client.get(change_url(waiting[2])).content.decode()
+    assert SCRIPT not in content
+    assert ESCAPED_SCRIPT in content
+    posted = admin_client.post(change_url(waiting[0]), {"span_id": "ffffffffffffffff"})
+    assert posted.status_code == HTTPStatus.FORBIDDEN
+    assert (
+        "waiting log records" not in admin_client.get(change_url(make_trace(user))).content.decode()
+    )
