@@ -396,19 +396,23 @@ WEATHER_TOOL_REPLIES: list[Any] = [
 ]
 
 
+def run_weather_agent(module: str, app_server: str, user: Any, *, service: str) -> Trace:
+    """Run the agent ``module``, which asks for the weather in Paris, its model calling the
+    ``get_weather`` tool and then answering "Rain."; its trace, completed, named after
+    ``service``."""
+    output = run_agent(module, app_server, user, replies=WEATHER_TOOL_REPLIES, service=service)
+    assert output.strip() == "Rain."
+    trace = Trace.objects.get(user=user)
+    assert (trace.agent_type, trace.status) == (service, TraceStatus.COMPLETED)
+    return trace
+
+
 def test_a_pydantic_ai_agent_is_recorded(app_server, user, client):
     """Pydantic AI's instrumentation (the GenAI conventions: ``invoke_agent``, ``chat`` and
     ``execute_tool`` spans, messages as JSON text, its ``operation.cost``)."""
-    output = run_agent(
-        "tests.traces.pydantic_ai_agent",
-        app_server,
-        user,
-        replies=WEATHER_TOOL_REPLIES,
-        service="pydantic-agent",
+    trace = run_weather_agent(
+        "tests.traces.pydantic_ai_agent", app_server, user, service="pydantic-agent"
     )
-    assert output.strip() == "Rain."
-    trace = Trace.objects.get(user=user)
-    assert (trace.agent_type, trace.status) == ("pydantic-agent", TraceStatus.COMPLETED)
     (root,) = trace_tree(trace=trace)
     assert (root["name"], root["step_type"]) == ("invoke_agent agent", StepType.GOAL)
     assert [(c["name"], c["step_type"]) for c in root["children"]] == [
@@ -430,16 +434,9 @@ def test_a_pydantic_ai_agent_is_recorded(app_server, user, client):
 def test_an_openai_agents_sdk_agent_is_recorded(app_server, user, client):
     """The OpenAI Agents SDK traced by OpenInference: the workflow, the agent, its model
     calls and its tool."""
-    output = run_agent(
-        "tests.traces.openai_agents_agent",
-        app_server,
-        user,
-        replies=WEATHER_TOOL_REPLIES,
-        service="agents-sdk",
+    trace = run_weather_agent(
+        "tests.traces.openai_agents_agent", app_server, user, service="agents-sdk"
     )
-    assert output.strip() == "Rain."
-    trace = Trace.objects.get(user=user)
-    assert (trace.agent_type, trace.status) == ("agents-sdk", TraceStatus.COMPLETED)
 
     def shape(node: dict[str, Any]) -> tuple[Any, ...]:
         return (node["name"], node["step_type"], [shape(c) for c in node["children"]])
@@ -485,16 +482,9 @@ def test_an_openai_agents_sdk_agent_is_recorded(app_server, user, client):
 def test_a_langchain_agent_is_recorded(app_server, user, client):
     """LangChain traced by OpenInference: the agent's runnable over its model calls (the
     messages flattened beside LangChain's own serialisation of them) and its tool."""
-    output = run_agent(
-        "tests.traces.langchain_agent",
-        app_server,
-        user,
-        replies=WEATHER_TOOL_REPLIES,
-        service="langchain-agent",
+    trace = run_weather_agent(
+        "tests.traces.langchain_agent", app_server, user, service="langchain-agent"
     )
-    assert output.strip() == "Rain."
-    trace = Trace.objects.get(user=user)
-    assert (trace.agent_type, trace.status) == ("langchain-agent", TraceStatus.COMPLETED)
     assert trace.task == "Weather in Paris?"
     (root,) = trace_tree(trace=trace)
     assert (root["name"], root["step_type"]) == ("weather agent", StepType.GOAL)
