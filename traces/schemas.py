@@ -192,7 +192,7 @@ class WaitingSpanOut(Schema):
     step_id: str = Field(description="The step the span will be.")
     span_id: str | None = Field(description="The span's OpenTelemetry id (hex).")
     received_at: str = Field(description="When its first record came.")
-    events: list[dict[str, Any]]
+    events: list[Any] = Field(description="Its records, as step events (objects).")
 
 
 class WaitingLogRecordsOut(Schema):

@@ -196,7 +196,8 @@ def waiting_log_records(
     if window:
         rows = waiting.filter(step_id__in=list(events)).order_by("pk")
         for step_id, step_events in rows.values_list("step_id", "events"):
-            events[step_id] += step_events
+            # A list of event objects as written; anything else is shown as one event.
+            events[step_id] += step_events if isinstance(step_events, list) else [step_events]
     return WaitingLogRecords(
         spans=[
             WaitingSpan(step_id=step_id, span_id=span_id, received_at=at, events=events[step_id])

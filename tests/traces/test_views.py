@@ -382,6 +382,26 @@ def test_an_otlp_trace_page_lists_waiting_log_records_in_constant_queries(
     assert "The records of 10 more spans are in the JSON export and the API." in content
 
 
+def test_waiting_log_records_of_any_shape_do_not_break_the_page(
+    signed_in: Client, user: User
+) -> None:
+    """Rows are written as lists of event objects; one that is not still reads."""
+    trace = otlp_trace(user, quiet_for=timedelta(seconds=30))
+    for events in ({"body": "<b>not a list</b>"}, ["<i>text</i>", 5, None, [1]], []):
+        PendingLogEvents.objects.create(trace=trace, step_id=uuid.uuid4(), events=events)
+
+    response = signed_in.get(f"/traces/{trace.id}/")
+
+    assert response.status_code == HTTPStatus.OK
+    content = response.content.decode()
+    assert "Log records wait for 3 spans that have not arrived." in content
+    assert "&lt;b&gt;not a list&lt;/b&gt;" in content
+    assert "&lt;i&gt;text&lt;/i&gt;" in content
+    assert "<i>text</i>" not in content
+    listed = signed_in.get(f"/api/traces/{trace.id}/waiting-log-records").json()
+    assert [len(span["events"]) for span in listed["spans"]] == [1, 4, 0]
+
+
 def test_the_trace_page_uses_constant_queries(
     signed_in: Client, user: User, django_assert_num_queries: Any
 ) -> None:

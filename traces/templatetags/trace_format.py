@@ -80,11 +80,12 @@ LOG_RECORD_CHARS = 300
 
 
 @register.filter
-def log_record_text(event: dict[str, Any]) -> str:
+def log_record_text(event: Any) -> str:
     """What a log record event says, in a line: its body (a string as it is, anything else
-    as JSON), else its attributes as JSON; clipped to ``LOG_RECORD_CHARS``."""
-    said = event.get("body")
-    if said is None:
+    as JSON), else its attributes as JSON; clipped to ``LOG_RECORD_CHARS``. Something that is
+    not an event object is shown as JSON itself."""
+    said = event.get("body") if isinstance(event, dict) else event
+    if said is None and isinstance(event, dict):
         said = event.get("attributes") or ""
     if not isinstance(said, str):
         said = orjson.dumps(said, default=str).decode()
