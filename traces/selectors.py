@@ -44,6 +44,7 @@ from traces.exceptions import (
     TraceNotFound,
     TreeTooLarge,
 )
+from traces.messages import is_conversation, split_message
 from traces.models import PendingLogEvents, Step, StepType, Trace, TraceEvent
 from traces.projections import (
     event_dict,
@@ -845,38 +846,18 @@ def _pretty(value: Any) -> str:
 
 #: A list of more messages than this is shown as JSON.
 MESSAGES_SHOWN = 200
-#: The keys of a message that hold its text, in the shapes the conventions give it: a string
-#: (``content``), or a list of parts whose text ones are ``{"type": "text", "text" | "content"}``
-#: (the GenAI conventions' ``parts``, the Vercel AI SDK's and Anthropic's ``content``).
-_MESSAGE_BODIES = ("content", "parts")
 
 
 def _messages(value: Any) -> list[ShownMessage] | None:
-    """``value`` as messages when it is a model conversation: a list of objects that each
-    have a string ``role`` (OpenAI's, the GenAI conventions', OpenLLMetry's and the Vercel
-    AI SDK's shapes alike); None otherwise."""
-    if not isinstance(value, list) or not 0 < len(value) <= MESSAGES_SHOWN:
-        return None
-    if not all(isinstance(item, dict) and isinstance(item.get("role"), str) for item in value):
+    """``value`` as messages when it is a model conversation (``traces.messages``); None
+    otherwise, and for more than ``MESSAGES_SHOWN`` messages."""
+    if not is_conversation(value) or len(value) > MESSAGES_SHOWN:
         return None
     return [_message(item) for item in value]
 
 
 def _message(message: dict[str, Any]) -> ShownMessage:
-    texts: list[str] = []
-    rest = {key: item for key, item in message.items() if key not in ("role", *_MESSAGE_BODIES)}
-    for key in _MESSAGE_BODIES:
-        body = message.get(key)
-        if isinstance(body, str):
-            texts.append(body)
-            continue
-        for part in body if isinstance(body, list) else [] if body is None else [body]:
-            text = part.get("text", part.get("content")) if isinstance(part, dict) else None
-            if isinstance(part, dict) and part.get("type") == "text" and isinstance(text, str):
-                texts.append(text)
-            else:
-                rest.setdefault(key, []).append(part)
-    text = "\n\n".join(texts)
+    text, rest = split_message(message)
     return ShownMessage(
         role=message["role"],
         text=text[:VALUE_PREVIEW_CHARS],

@@ -12,14 +12,17 @@ import uuid
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from typing import Any
 
 import structlog
 from django.db import transaction
+from django.db.models import Q
 
 from devassist.exceptions import DomainError
 from traces.exceptions import TraceNotFromOtlp, TraceOfAnotherUser
-from traces.models import OTEL_METADATA_KEY, PendingLogEvents, Step, Trace, TraceMode
+from traces.messages import last_user_text
+from traces.models import OTEL_METADATA_KEY, PendingLogEvents, Step, StepType, Trace, TraceMode
 from traces.otlp import (
     LOGS,
     Limits,
@@ -127,7 +130,7 @@ def otlp_spans_ingest(*, user: Any, batch: SpanBatch) -> IngestOutcome:
     with transaction.atomic():
         for trace_id in sorted(batch.traces):
             spans = batch.traces[trace_id]
-            task = _task_from_waiting_input(spans) or spans.task
+            task = _task_from_waiting_input(spans) or _task_from_first_question(spans) or spans.task
             new_trace = _new_otlp_trace(
                 trace_id,
                 user=user,
@@ -176,6 +179,35 @@ def _task_from_waiting_input(spans: TraceSpans) -> str | None:
         return None
     root_input = with_log_events({}, events, max_events=Limits.current().max_events).get("input")
     return task_of(root_input, "") or None
+
+
+#: The stored model calls of a trace whose inputs ``_task_from_first_question`` looks at.
+QUESTION_CANDIDATES = 20
+
+
+def _task_from_first_question(spans: TraceSpans) -> str | None:
+    """The task of a trace whose root span came without an input (an OpenAI Agents SDK
+    workflow's, a plain span around an agent): what its first model call was asked (the
+    last user message of the earliest model call whose input is a conversation, in this
+    batch or stored before it); None when none was. One query, for such a root only."""
+    if spans.unnamed_root is None:
+        return None
+    calls = [
+        (step.started_at, step.data.get("input"), step.data.get("input_messages"))
+        for step in spans.steps
+        if step.step_type == StepType.THOUGHT and isinstance(step.data, dict)
+    ]
+    stored = (
+        Step.objects.filter(trace_id=spans.trace_id, step_type=StepType.THOUGHT)
+        .filter(Q(data__has_key="input") | Q(data__has_key="input_messages"))
+        .order_by("started_at")
+        .values_list("started_at", "data__input", "data__input_messages")
+    )
+    calls += list(stored[:QUESTION_CANDIDATES])
+    calls.sort(key=lambda call: (call[0] is None, call[0] or datetime.min.replace(tzinfo=UTC)))
+    # The messages flattened beside the request (OpenInference's) or the input itself.
+    asked = (last_user_text(messages) or last_user_text(given) for _, given, messages in calls)
+    return next((text for text in asked if text), None)
 
 
 def _with_waiting_log_events(

@@ -189,6 +189,9 @@ def test_embedded_default_takes_otlp_spans_sent_children_first(
 
     assert tree["trace"]["status"] == "completed"
     assert tree["trace"]["total_steps"] == 4
+    # The root had no input: the trace is named after what its model call was asked (a
+    # look-up of the stored steps' data, in SQLite's JSON functions).
+    assert tree["trace"]["task"] == "Hello from a log"
     (node,) = tree["root_steps"]
     chain = []
     while True:

@@ -592,6 +592,53 @@ async def test_a_trace_of_two_services_names_each_span_s_service_and_its_entry_p
     assert root["subtree_steps"] == 3
 
 
+def workflow_agent(tracer: otel_trace.Tracer) -> None:
+    """A workflow span without an input around an agent whose model calls (OpenInference's
+    flattened messages beside the request) were asked a question, then another."""
+    with (
+        tracer.start_as_current_span("workflow", attributes={"openinference.span.kind": "CHAIN"}),
+        tracer.start_as_current_span("agent", attributes={"openinference.span.kind": "AGENT"}),
+    ):
+        for question in ("Why is the build red?", "And the deploy?"):
+            with tracer.start_as_current_span(
+                "ChatCompletion",
+                attributes={
+                    "openinference.span.kind": "LLM",
+                    "input.value": json.dumps({"model": "gpt-4o"}),
+                    "input.mime_type": "application/json",
+                    "llm.input_messages.0.message.role": "system",
+                    "llm.input_messages.0.message.content": "Be brief.",
+                    "llm.input_messages.1.message.role": "user",
+                    "llm.input_messages.1.message.content": question,
+                },
+            ):
+                pass
+
+
+async def test_a_root_without_input_is_named_after_the_first_question(user):
+    """A root span without an input (an Agents SDK workflow's) names its trace after what the
+    trace's first model call was asked, stored in an earlier request or in the root's."""
+    spans = sdk_spans(workflow_agent)
+    token = await token_for(user)
+    first_call, rest = spans[:1], spans[1:]
+    assert (await post_otlp(protobuf_body(first_call), token=token)).status_code == 200
+    assert (await post_otlp(protobuf_body(rest), token=token)).status_code == 200
+    assert (await Trace.objects.aget(pk=trace_of(spans))).task == "Why is the build red?"
+
+    together = sdk_spans(workflow_agent)
+    assert (await post_otlp(protobuf_body(together), token=token)).status_code == 200
+    assert (await Trace.objects.aget(pk=trace_of(together))).task == "Why is the build red?"
+
+    # No model call asked anything: the root's name.
+    def nightly_job(tracer: otel_trace.Tracer) -> None:
+        with tracer.start_as_current_span("nightly job"):
+            pass
+
+    quiet = sdk_spans(nightly_job)
+    assert (await post_otlp(protobuf_body(quiet), token=token)).status_code == 200
+    assert (await Trace.objects.aget(pk=trace_of(quiet))).task == "nightly job"
+
+
 async def test_a_trace_whose_root_never_came_is_ended_by_its_owner(user):
     """An agent stopped before it ended its root span leaves its trace running; its owner
     ends it through the API, and spans that still come are stored as late ones."""

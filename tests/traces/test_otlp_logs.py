@@ -426,7 +426,7 @@ async def test_a_root_model_call_is_named_after_the_messages_that_came_before_it
     await post_otlp(protobuf_body(spans), token=token)
     trace = await Trace.objects.aget(pk=trace_of(spans))
     assert trace.status == TraceStatus.COMPLETED
-    assert trace.task == '[{"role":"user","content":"Weather in Paris?"}]'
+    assert trace.task == "Weather in Paris?"  # its messages' last user message
     # Without records before it, the root's name.
     later, _ = sdk_spans_and_logs(plain_chat)
     await post_otlp(protobuf_body(later), token=token)
