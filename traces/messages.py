@@ -1,7 +1,8 @@
 """A model call's messages as agents record them (OpenAI's, the GenAI conventions',
 OpenLLMetry's and the Vercel AI SDK's shapes): objects with a string ``role`` whose text is
 a string ``content``, or parts of type ``text`` in ``content`` or ``parts``. What the trace
-page shows of a conversation, and what a trace recorded over OTLP is named after."""
+page shows of a conversation, and what a trace recorded over OTLP is named after
+(``asked_in``)."""
 
 from __future__ import annotations
 
@@ -50,4 +51,30 @@ def last_user_text(value: Any) -> str:
     for message in reversed(value):
         if message["role"] == "user" and (text := split_message(message)[0].strip()):
             return text
+    return ""
+
+
+def asked_in(value: Any) -> str:
+    """What ``value``, an agent's or a model call's recorded input, asks, in the shapes the
+    instrumentations record it; "" when it is none of them:
+
+    - a list of messages: the last user message's text (``last_user_text``);
+    - an object with ``messages`` (a chat request, the Vercel AI SDK's prompt): the same of
+      them, else its ``prompt`` text (the AI SDK's);
+    - OpenLLMetry's ``{"args": [...], "kwargs": {...}}`` of a call with one argument, a
+      string: that string."""
+    if isinstance(value, list):
+        return last_user_text(value)
+    if not isinstance(value, dict):
+        return ""
+    if text := last_user_text(value.get("messages")):
+        return text
+    prompt = value.get("prompt")
+    if isinstance(prompt, str) and prompt.strip():
+        return prompt.strip()
+    args, kwargs = value.get("args"), value.get("kwargs")
+    if set(value) == {"args", "kwargs"} and isinstance(args, list) and isinstance(kwargs, dict):
+        given = [*args, *kwargs.values()]
+        if len(given) == 1 and isinstance(given[0], str):
+            return given[0].strip()
     return ""

@@ -43,7 +43,7 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
 from devassist.responses import json_bytes
-from traces.messages import last_user_text
+from traces.messages import asked_in
 from traces.models import StepStatus, StepType, TraceStatus
 from traces.projections import iso
 from traces.store import COST_LIMIT, StepCreate
@@ -452,10 +452,9 @@ def _set_root(entry: TraceSpans, span: Span, step: StepCreate, service: str) -> 
 
 
 def task_of(root_input: Any, name: str) -> str:
-    """A trace's task: its root's input (a string as it is, a model call's messages the text
-    of the last user message, other structured input as its JSON text), else its name, cut to
-    ``TASK_CHARS``."""
-    return (last_user_text(root_input) or _as_text(root_input) or name)[:TASK_CHARS]
+    """A trace's task: its root's input (a string as it is, structured input what it asks,
+    ``traces.messages.asked_in``, else its JSON text), else its name, cut to ``TASK_CHARS``."""
+    return (asked_in(root_input) or _as_text(root_input) or name)[:TASK_CHARS]
 
 
 def _as_text(value: Any) -> str:

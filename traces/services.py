@@ -21,7 +21,7 @@ from django.db.models import Q
 
 from devassist.exceptions import DomainError
 from traces.exceptions import TraceNotFromOtlp, TraceOfAnotherUser
-from traces.messages import last_user_text
+from traces.messages import asked_in
 from traces.models import OTEL_METADATA_KEY, PendingLogEvents, Step, StepType, Trace, TraceMode
 from traces.otlp import (
     LOGS,
@@ -206,7 +206,7 @@ def _task_from_first_question(spans: TraceSpans) -> str | None:
     calls += list(stored[:QUESTION_CANDIDATES])
     calls.sort(key=lambda call: (call[0] is None, call[0] or datetime.min.replace(tzinfo=UTC)))
     # The messages flattened beside the request (OpenInference's) or the input itself.
-    asked = (last_user_text(messages) or last_user_text(given) for _, given, messages in calls)
+    asked = (asked_in(messages) or asked_in(given) for _, given, messages in calls)
     return next((text for text in asked if text), None)
 
 

@@ -332,7 +332,7 @@ def test_a_vercel_ai_sdk_agent_pointed_at_devassist_is_recorded(app_server, user
     assert agent.stdout.strip() == "Rain."
     trace = Trace.objects.get(user=user)
     assert (trace.agent_type, trace.status) == ("vercel-agent", TraceStatus.COMPLETED)
-    assert trace.task == '{"prompt":"Weather in Paris?"}'
+    assert trace.task == "Weather in Paris?"  # its prompt
     (root,) = trace_tree(trace=trace)
     assert (root["name"], root["step_type"]) == ("ai.generateText", StepType.GOAL)
     calls = root["children"]

@@ -1,0 +1,56 @@
+"""What a recorded input asks (``traces.messages.asked_in``), in each instrumentation's shape:
+what a trace recorded over OTLP is named after."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from traces.messages import asked_in, last_user_text
+
+GENAI_PARTS = [
+    {"role": "system", "parts": [{"type": "text", "content": "Be brief."}]},
+    {"role": "user", "parts": [{"type": "text", "content": "Weather in Paris?"}]},
+]
+AI_SDK_BLOCKS = [{"role": "user", "content": [{"type": "text", "text": "Weather in Paris?"}]}]
+
+
+@pytest.mark.parametrize(
+    ("value", "asked"),
+    [
+        ([{"role": "user", "content": "Weather in Paris?"}], "Weather in Paris?"),
+        (GENAI_PARTS, "Weather in Paris?"),
+        (AI_SDK_BLOCKS, "Weather in Paris?"),
+        # The last user message that says something: the latest question of a conversation.
+        (
+            [
+                {"role": "user", "content": "First?"},
+                {"role": "assistant", "content": "Yes."},
+                {"role": "user", "content": "  Second?  "},
+                {"role": "user", "content": [{"type": "image", "url": "x"}]},
+            ],
+            "Second?",
+        ),
+        ({"model": "gpt-4o", "messages": [{"role": "user", "content": "Hi"}]}, "Hi"),
+        ({"system": "Be brief.", "prompt": "Weather in Paris?"}, "Weather in Paris?"),
+        ({"args": ["Weather in Paris?"], "kwargs": {}}, "Weather in Paris?"),
+        ({"args": [], "kwargs": {"question": "Weather in Paris?"}}, "Weather in Paris?"),
+        # Nothing that asks anything.
+        ({"args": ["a", "b"], "kwargs": {}}, ""),
+        ({"args": [3], "kwargs": {}}, ""),
+        ({"args": ["x"], "kwargs": {}, "other": 1}, ""),
+        ([{"role": "system", "content": "Be brief."}], ""),
+        ([{"content": "no role"}], ""),
+        ([], ""),
+        ({"messages": "not a list", "prompt": 5}, ""),
+        ("a string is the caller's to use", ""),
+        (None, ""),
+    ],
+)
+def test_what_an_input_asks(value: Any, asked: str) -> None:
+    assert asked_in(value) == asked
+
+
+def test_a_list_that_is_not_a_conversation_asks_nothing() -> None:
+    assert last_user_text([{"role": "user", "content": "Hi"}, "stray"]) == ""
