@@ -302,9 +302,9 @@ def test_an_otlp_request_costs_the_same_queries_whatever_its_size(user, django_a
             )
         assert outcome.accepted == 10 * fanout
         # ...then their parents and the root (which has no input: the log records waiting
-        # for it are looked for to name the trace): ten groups adopt their leaves, the root
-        # them.
-        with django_assert_num_queries(12):
+        # for it, then the trace's model calls, are looked for to name the trace): ten
+        # groups adopt their leaves, the root them.
+        with django_assert_num_queries(13):
             outcome = otlp_spans_ingest(
                 user=user, batch=request_spans(export_request(parents), limits=limits)
             )
