@@ -28,6 +28,7 @@ from tests.servers import otlp_grpc_process
 from tests.traces.otlp_clients import export_request, logs_request, sdk_spans, sdk_spans_and_logs
 from tests.traces.test_otlp_ingest import genai_agent, step_of, trace_of
 from tests.traces.test_otlp_logs import LEGACY_INPUT, LEGACY_OUTPUT, legacy_chat, no_span
+from tests.traces.test_otlp_sdk import check_langchain_trace, run_weather_agent
 from traces.models import PendingLogEvents, Step, Trace, TraceStatus
 from traces.otlp_grpc import otlp_grpc_server
 
@@ -105,6 +106,15 @@ def test_bad_spans_are_partial_success_and_a_whole_bad_call_is_invalid(receiver,
     failed = call(receiver, LogsServiceStub, logs_request(records[:1]), token)
     assert failed.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "names no span" in failed.details()
+
+
+def test_a_zero_code_agent_is_recorded_by_the_two_variables_alone(receiver, user):
+    """``opentelemetry-instrument`` exports over gRPC unless told otherwise: the LangChain
+    agent with no OTel code, given the endpoint and the token and nothing else of OTLP's."""
+    trace = run_weather_agent(
+        "tests.traces.langchain_agent", receiver, user, service="langchain-agent", zero_code=True
+    )
+    check_langchain_trace(trace)
 
 
 def test_another_users_trace_is_permission_denied(receiver, user, other_user):

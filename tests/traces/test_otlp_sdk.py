@@ -215,14 +215,28 @@ def run_agent(
     args: tuple[str, ...] = (),
     service: str = "weather-agent",
     env: dict[str, str] | None = None,
+    zero_code: bool = False,
 ) -> str:
     """Run the agent ``python -m <module> <args>``, pointed at the live server by the
-    standard variables (and ``env``), its model answering ``replies``; its output."""
+    standard variables (and ``env``), its model answering ``replies``; its output.
+    ``zero_code``: under ``opentelemetry-instrument`` (``--zero-code`` after ``args``), as
+    docs/opentelemetry.md sets it up: no metrics; and, this suite's environment holding three
+    OpenAI instrumentations of one entry-point name where a user has one, only the agent's
+    framework instrumented."""
     _, token = api_token_create(user=user, name="agent")
+    command = [sys.executable, "-m", module, *args]
+    if zero_code:
+        command = [str(Path(sys.executable).with_name("opentelemetry-instrument")), *command]
+        command.append("--zero-code")
+        env = {
+            "OTEL_METRICS_EXPORTER": "none",
+            "OTEL_PYTHON_DISABLED_INSTRUMENTATIONS": "openai,openai_agents",
+            **(env or {}),
+        }
     with FakeOpenAI() as model:
         model.script(replies)
         agent = subprocess.run(
-            [sys.executable, "-m", module, *args],
+            command,
             cwd=Path(__file__).resolve().parents[2],
             env={
                 **os.environ,
@@ -396,11 +410,15 @@ WEATHER_TOOL_REPLIES: list[Any] = [
 ]
 
 
-def run_weather_agent(module: str, app_server: str, user: Any, *, service: str) -> Trace:
-    """Run the agent ``module``, which asks for the weather in Paris, its model calling the
-    ``get_weather`` tool and then answering "Rain."; its trace, completed, named after
-    ``service``."""
-    output = run_agent(module, app_server, user, replies=WEATHER_TOOL_REPLIES, service=service)
+def run_weather_agent(
+    module: str, app_server: str, user: Any, *, service: str, **options: Any
+) -> Trace:
+    """Run the agent ``module`` (``run_agent``'s ``options``), which asks for the weather in
+    Paris, its model calling the ``get_weather`` tool and then answering "Rain."; its trace,
+    completed, named after ``service``."""
+    output = run_agent(
+        module, app_server, user, replies=WEATHER_TOOL_REPLIES, service=service, **options
+    )
     assert output.strip() == "Rain."
     trace = Trace.objects.get(user=user)
     assert (trace.agent_type, trace.status) == (service, TraceStatus.COMPLETED)
@@ -487,6 +505,27 @@ def test_a_langchain_agent_is_recorded(app_server, user, client):
     trace = run_weather_agent(
         "tests.traces.langchain_agent", app_server, user, service="langchain-agent"
     )
+    check_langchain_trace(trace)
+
+
+def test_a_zero_code_agent_over_http_is_recorded(app_server, user, client):
+    """The LangChain agent with no OTel code, run under ``opentelemetry-instrument`` (which
+    instruments it with OpenInference's instrumentation and exports by the standard
+    variables), set to OTLP/HTTP."""
+    trace = run_weather_agent(
+        "tests.traces.langchain_agent",
+        app_server,
+        user,
+        service="langchain-agent",
+        zero_code=True,
+        env={"OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf"},
+    )
+    check_langchain_trace(trace)
+
+
+def check_langchain_trace(trace: Trace) -> None:
+    """``tests.traces.langchain_agent``'s trace: named after the question; the agent over its
+    two model calls and its tool between them, each with what it was given and gave."""
     assert trace.task == "Weather in Paris?"
     (root,) = trace_tree(trace=trace)
     assert (root["name"], root["step_type"]) == ("weather agent", StepType.GOAL)
