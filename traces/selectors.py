@@ -866,17 +866,43 @@ def _message(message: dict[str, Any]) -> ShownMessage:
     )
 
 
+#: The keys of a step's data shown first, in this order (what a tool was given and gave, what
+#: a model was asked and answered: a conversation before the request's raw JSON that an
+#: instrumentation may send beside it), and last (what an OTel span carried besides); the
+#: others between them, as stored. PostgreSQL keeps an object's keys shortest first, not as
+#: they were written, so without this a model call's messages came after its attributes.
+DATA_SHOWN_FIRST = (
+    "tool_name",
+    "arguments",
+    "result",
+    "model",
+    "input_messages",
+    "output_messages",
+    "input",
+    "output",
+    "usage",
+)
+DATA_SHOWN_LAST = ("attributes", "events", "links", "otel_span")
+_DATA_RANK = {
+    **{key: rank - len(DATA_SHOWN_FIRST) for rank, key in enumerate(DATA_SHOWN_FIRST)},
+    **{key: rank + 1 for rank, key in enumerate(DATA_SHOWN_LAST)},
+}
+
+
 def step_detail(*, trace: Trace, step_id: uuid.UUID) -> tuple[dict[str, Any], list[ShownValue]]:
     """A step with its full data (one query), and its data as values to show: one per
-    top-level key of an object, else one; longer ones cut to ``VALUE_PREVIEW_CHARS``; a
-    model conversation as its messages too. ``StepNotFound``."""
+    top-level key of an object (in ``DATA_SHOWN_FIRST`` / ``DATA_SHOWN_LAST`` order), else
+    one; longer ones cut to ``VALUE_PREVIEW_CHARS``; a model conversation as its messages
+    too. ``StepNotFound``."""
     row = step_values(Step.objects.for_trace(trace).filter(pk=step_id), full=True).first()
     if row is None:
         raise StepNotFound(f"Step {step_id} does not exist in trace {trace.id}.")
     step = step_from_values(row, full=True)
     data = step["data"]
     items: list[tuple[str | None, Any]] = (
-        list(data.items()) if isinstance(data, dict) and data else [(None, data)]
+        sorted(data.items(), key=lambda item: _DATA_RANK.get(item[0] or "", 0))
+        if isinstance(data, dict) and data
+        else [(None, data)]
     )
     shown = []
     for key, value in items:

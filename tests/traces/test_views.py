@@ -603,6 +603,46 @@ def test_the_detail_shows_a_model_conversation_as_its_messages(
     assert "&quot;id&quot;: &quot;d1&quot;" in content
 
 
+def test_the_detail_shows_what_a_model_was_asked_and_answered_first(
+    signed_in: Client, user: User
+) -> None:
+    """An OpenInference model call's data (stored in PostgreSQL, which keeps keys shortest
+    first): its messages before the request's raw JSON beside them, the span's attributes and
+    facts last, the keys of no known place between, as stored."""
+    trace = make_trace(user)
+    item = step(
+        "thought",
+        data={
+            "otel_span": {"kind": "internal"},
+            "attributes": {"llm.system": "openai"},
+            "tools": [{"json_schema": "{}"}],
+            "usage": {"total_tokens": 7},
+            "output": {"generations": []},
+            "input": {"messages": [[{"lc": 1}]]},
+            "output_messages": [{"role": "assistant", "content": "Rain."}],
+            "input_messages": [{"role": "user", "content": "Weather in Paris?"}],
+            "model": "gpt-4o",
+        },
+    )
+    add(trace, item)
+
+    _, shown = selectors.step_detail(trace=trace, step_id=item.id)
+
+    assert [value.key for value in shown] == [
+        "model",
+        "input_messages",
+        "output_messages",
+        "input",
+        "output",
+        "usage",
+        "tools",
+        "attributes",
+        "otel_span",
+    ]
+    content = signed_in.get(f"/traces/{trace.id}/steps/{item.id}/").content.decode()
+    assert content.index("Weather in Paris?") < content.index("&quot;lc&quot;")
+
+
 def test_lists_that_are_not_conversations_are_not_messages() -> None:
     assert selectors._messages([]) is None
     assert selectors._messages([{"role": "user"}, {"content": "no role"}]) is None
