@@ -883,10 +883,10 @@ DATA_SHOWN_FIRST = (
     "usage",
 )
 DATA_SHOWN_LAST = ("attributes", "events", "links", "otel_span")
+#: Each key's place: the first ones below 0, in order, the last ones above, the rest at 0.
 _DATA_RANK = {
-    **{key: rank - len(DATA_SHOWN_FIRST) for rank, key in enumerate(DATA_SHOWN_FIRST)},
-    **{key: rank + 1 for rank, key in enumerate(DATA_SHOWN_LAST)},
-}
+    key: rank for rank, key in enumerate(DATA_SHOWN_FIRST, start=-len(DATA_SHOWN_FIRST))
+} | {key: rank for rank, key in enumerate(DATA_SHOWN_LAST, start=1)}
 
 
 def step_detail(*, trace: Trace, step_id: uuid.UUID) -> tuple[dict[str, Any], list[ShownValue]]:
@@ -1107,5 +1107,5 @@ async def export_chunks(trace: Trace) -> AsyncIterator[bytes]:
             body = b",".join(json_bytes(span.as_dict()) for span in waiting.spans)
             yield (b"," if opened else b'],"waiting_log_records":[') + body
             opened = True
-        offset = waiting.next_offset if waiting.spans else None
+        offset = waiting.next_offset
     yield b"]}"  # the last list (steps or waiting records), the document

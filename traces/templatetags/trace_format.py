@@ -7,11 +7,11 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-import orjson
 from django import template
 from django.utils.formats import number_format
 from django.utils.translation import pgettext_lazy
 
+from devassist.responses import json_bytes
 from traces.outcomes import localized_reason, localized_summary, outcome_symbol
 from traces.projections import clip
 
@@ -88,7 +88,7 @@ def log_record_text(event: Any) -> str:
     if said is None and isinstance(event, dict):
         said = event.get("attributes") or ""
     if not isinstance(said, str):
-        said = orjson.dumps(said, default=str).decode()
+        said = json_bytes(said).decode()
     return clip(said, LOG_RECORD_CHARS)
 
 
