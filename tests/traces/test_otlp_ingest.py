@@ -4,6 +4,7 @@ steps; out-of-order batches, re-sends, errors, token usage, the live watch."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
 from decimal import Decimal
@@ -18,6 +19,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from devassist.asgi import application
 from devassist.tokens import api_token_create
+from tests.agent.test_live_events import QUIET_S
 from tests.conftest import post_as
 from tests.traces.otlp_clients import (
     JSON,
@@ -682,6 +684,8 @@ async def test_the_api_token_is_taken_as_x_api_key_too(user):
 
 
 async def test_the_live_watch_shows_spans_as_they_arrive(user, layer):
+    """On both channel layers, and after the agent was quiet longer than every default
+    timeout (a model call or a tool can take minutes) before its root span came."""
     spans = sdk_spans(openinference_agent)
     token = await token_for(user)
     first, rest, root = spans[0], spans[1:-1], spans[-1]
@@ -692,6 +696,7 @@ async def test_the_live_watch_shows_spans_as_they_arrive(user, layer):
             message = await watcher.receive_json_from(timeout=10)
             assert message["event"] == "step_added"
             assert message["step"]["name"] == span.name
+        await asyncio.sleep(QUIET_S)
         await post_otlp(protobuf_body([root]), token=token)
         added = await watcher.receive_json_from(timeout=10)
         assert added["event"] == "step_added"
