@@ -14,6 +14,7 @@ import base64
 import binascii
 import contextlib
 import json
+import re
 import time
 import uuid
 import zlib
@@ -43,6 +44,7 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
 from devassist.responses import json_bytes
+from devassist.storable import REPLACEMENT
 from traces.messages import asked_in
 from traces.models import StepStatus, StepType, TraceStatus
 from traces.projections import iso
@@ -201,13 +203,14 @@ def decode_request(
             raise OtlpError(HTTPStatus.BAD_REQUEST, f"Malformed protobuf body: {exc}") from exc
         return request
     try:
-        document = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
+        # The standard library's parser, not orjson: it takes a lone surrogate's escape.
+        document = json.loads(body, parse_constant=_no_constant)
+    except (RecursionError, ValueError) as exc:
         raise OtlpError(HTTPStatus.BAD_REQUEST, f"Malformed JSON body: {exc}") from exc
     if not isinstance(document, dict):
         raise OtlpError(HTTPStatus.BAD_REQUEST, "The JSON body must be an object.")
     try:
-        json_format.ParseDict(_ids_as_base64(document), request, ignore_unknown_fields=True)
+        json_format.ParseDict(_proto_json(document), request, ignore_unknown_fields=True)
     except (json_format.ParseError, RecursionError, TypeError, ValueError) as exc:
         raise OtlpError(HTTPStatus.BAD_REQUEST, f"Invalid OTLP JSON: {exc}") from exc
     return request
@@ -236,21 +239,33 @@ def _gunzip(body: bytes, max_bytes: int, signal: Signal) -> bytes:
     return out
 
 
+def _no_constant(name: str) -> None:
+    raise ValueError(f"{name} is not JSON")
+
+
 _ID_FIELDS = frozenset({"traceId", "trace_id", "spanId", "span_id", "parentSpanId"})
 _ID_FIELDS |= {"parent_span_id"}
 #: What an id that is neither hex nor base64 becomes: one byte, refused as a wrong length.
 _BAD_ID = base64.b64encode(b"\x00").decode()
+#: Half of a UTF-16 surrogate pair: JSON can escape one (``"\\ud83d"``), a protobuf string
+#: cannot hold it. JavaScript's OTLP/JSON exporter sends one when an attribute length limit
+#: (``OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT``) cuts an emoji in two.
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
-def _ids_as_base64(value: Any) -> Any:
-    """An OTLP/JSON document with its ids in the proto3 JSON form ``ParseDict`` reads.
+def _proto_json(value: Any) -> Any:
+    """An OTLP/JSON document in the proto3 JSON form ``ParseDict`` reads.
 
     OTLP/JSON writes trace and span ids as hex, where proto3's JSON mapping of ``bytes`` is
     base64; base64 ids are taken too (their lengths tell them apart: 16 bytes are 32 hex
     digits or 24 base64 characters ending in ``==``). An id that is neither becomes one
-    that the span checks refuse, so the span is rejected, not the request."""
+    that the span checks refuse, so the span is rejected, not the request. A lone surrogate
+    in a string becomes U+FFFD, as text DevAssist cannot store does (``devassist.storable``):
+    the span is kept, not the request refused."""
+    if isinstance(value, str):
+        return _LONE_SURROGATE.sub(REPLACEMENT, value)
     if isinstance(value, list):
-        return [_ids_as_base64(item) for item in value]
+        return [_proto_json(item) for item in value]
     if not isinstance(value, dict):
         return value
     converted = {}
@@ -258,7 +273,7 @@ def _ids_as_base64(value: Any) -> Any:
         if key in _ID_FIELDS and isinstance(item, str):
             converted[key] = _id_as_base64(item)
         else:
-            converted[key] = _ids_as_base64(item)
+            converted[key] = _proto_json(item)
     return converted
 
 

@@ -746,6 +746,8 @@ async def test_no_token_or_a_wrong_one_is_401(user):
     [
         (b"\xff\xff\xff\xff", PROTOBUF, {}, HTTPStatus.BAD_REQUEST, "Malformed protobuf"),
         (b'{"resourceSpans": [', JSON, {}, HTTPStatus.BAD_REQUEST, "Malformed JSON"),
+        (b'{"resourceSpans": NaN}', JSON, {}, HTTPStatus.BAD_REQUEST, "NaN is not JSON"),
+        (b'{"resourceSpans": "\xff"}', JSON, {}, HTTPStatus.BAD_REQUEST, "Malformed JSON"),
         (b'{"resourceSpans": 3}', JSON, {}, HTTPStatus.BAD_REQUEST, "Invalid OTLP JSON"),
         (b"[]", JSON, {}, HTTPStatus.BAD_REQUEST, "must be an object"),
         (b"x", "text/plain", {}, HTTPStatus.UNSUPPORTED_MEDIA_TYPE, "Content-Type"),
@@ -883,6 +885,27 @@ async def test_json_ids_that_are_not_ids_reject_their_span(user):
     )
     assert response.status_code == HTTPStatus.OK
     assert partial_success(response)[0] == 1
+
+
+async def test_half_a_surrogate_pair_in_json_keeps_its_span(user):
+    """JavaScript's OTLP/JSON exporter writes half of a surrogate pair as an escape when an
+    attribute length limit cuts an emoji in two (``"ab\\ud83d"``): valid JSON that a
+    protobuf string cannot hold. The spans are stored, U+FFFD in the half's place."""
+    spans = sdk_spans(siblings)
+    document = json.loads(json_body(spans))
+    cut = document["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
+    cut["name"] = "s0 \ud83d"
+    cut["attributes"] = [{"key": "note", "value": {"stringValue": "ab\ud83d"}}]
+    body = json.dumps(document).encode()
+    assert b'"ab\\ud83d"' in body
+
+    response = await post_otlp(body, token=await token_for(user), content_type=JSON)
+
+    assert response.status_code == HTTPStatus.OK
+    assert partial_success(response) == (0, "")
+    _, steps, _ = await stored(trace_of(spans))
+    assert sorted(steps) == ["s0 \ufffd", "s1", "s2"]
+    assert steps["s0 \ufffd"].data["attributes"] == {"note": "ab\ufffd"}
 
 
 async def test_another_users_trace_is_refused_and_left_untouched(user, other_user):

@@ -315,9 +315,10 @@ def test_openai_s_own_instrumentation_shows_what_the_model_was_asked_and_answere
 VERCEL_AI = Path(__file__).resolve().parent / "vercel_ai"
 
 
-def test_a_vercel_ai_sdk_agent_pointed_at_devassist_is_recorded(app_server, user):
-    """The AI SDK's own telemetry (a ``generateText`` call, its two model calls and the tool
-    call between them), sent by the OpenTelemetry Node SDK configured by the two variables."""
+def run_vercel_ai_agent(app_server: str, user: Any, *, answer: str, **env: str) -> Trace:
+    """Run ``tests/traces/vercel_ai/agent.mjs`` against ``app_server`` with ``user``'s token
+    (``env`` added to its environment), the model calling the weather tool and then answering
+    ``answer``; the trace it recorded."""
     require(
         shutil.which("node") is not None and (VERCEL_AI / "node_modules" / ".installed").exists(),
         "no Vercel AI SDK agent (make vercel-ai-agent: Node.js and npm)",
@@ -325,7 +326,7 @@ def test_a_vercel_ai_sdk_agent_pointed_at_devassist_is_recorded(app_server, user
     _, token = api_token_create(user=user, name="vercel-ai")
     with FakeOpenAI() as model:
         model.script(
-            [{"tool_calls": [{"name": "getWeather", "arguments": {"city": "Paris"}}]}, "Rain."]
+            [{"tool_calls": [{"name": "getWeather", "arguments": {"city": "Paris"}}]}, answer]
         )
         agent = subprocess.run(
             ["node", "agent.mjs"],
@@ -336,6 +337,7 @@ def test_a_vercel_ai_sdk_agent_pointed_at_devassist_is_recorded(app_server, user
                 "OTEL_EXPORTER_OTLP_HEADERS": f"x-api-key={token}",
                 "OTEL_SERVICE_NAME": "vercel-agent",
                 "OPENAI_BASE_URL": model.base_url,
+                **env,
             },
             capture_output=True,
             text=True,
@@ -343,8 +345,14 @@ def test_a_vercel_ai_sdk_agent_pointed_at_devassist_is_recorded(app_server, user
             check=False,
         )
     assert agent.returncode == 0, agent.stderr
-    assert agent.stdout.strip() == "Rain."
-    trace = Trace.objects.get(user=user)
+    assert agent.stdout.strip() == answer
+    return Trace.objects.get(user=user)
+
+
+def test_a_vercel_ai_sdk_agent_pointed_at_devassist_is_recorded(app_server, user):
+    """The AI SDK's own telemetry (a ``generateText`` call, its two model calls and the tool
+    call between them), sent by the OpenTelemetry Node SDK configured by the two variables."""
+    trace = run_vercel_ai_agent(app_server, user, answer="Rain.")
     assert (trace.agent_type, trace.status) == ("vercel-agent", TraceStatus.COMPLETED)
     assert trace.task == "Weather in Paris?"  # its prompt
     (root,) = trace_tree(trace=trace)
@@ -365,6 +373,24 @@ def test_a_vercel_ai_sdk_agent_pointed_at_devassist_is_recorded(app_server, user
     first = Step.objects.get(pk=uuid.UUID(calls[0]["step_id"]))
     assert first.data["input"][0]["role"] == "user"
     assert first.data["output"][0]["toolName"] == "getWeather"
+
+
+def test_a_vercel_ai_sdk_agent_over_otlp_json_keeps_an_emoji_cut_in_two(app_server, user):
+    """The Node SDK's OTLP/JSON exporter with an attribute length limit, as many agents set
+    one: a limit that ends inside an emoji leaves half of its surrogate pair, which the
+    exporter writes as an escape (``\\ud83d``). The whole batch is stored, U+FFFD in the
+    half's place (the exporter would drop a refused batch without a word)."""
+    answer = "x" * 63 + "\U0001f600 rain"
+    trace = run_vercel_ai_agent(
+        app_server,
+        user,
+        answer=answer,
+        OTEL_EXPORTER_OTLP_PROTOCOL="http/json",
+        OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT="64",
+    )
+    assert (trace.status, trace.total_steps) == (TraceStatus.COMPLETED, 4)
+    answered = Step.objects.filter(trace=trace, name="ai.generateText.doGenerate").latest("seq")
+    assert answered.data["output"] == "x" * 63 + "\ufffd"
 
 
 def test_openinference_s_instrumentation_of_openai_is_recorded(app_server, user, client):

@@ -1,14 +1,19 @@
 // A Vercel AI SDK agent as a user runs one: telemetry on, the OpenTelemetry Node SDK with the
-// OTLP/HTTP protobuf exporter, configured by OTEL_EXPORTER_OTLP_ENDPOINT and
-// OTEL_EXPORTER_OTLP_HEADERS alone; the model at OPENAI_BASE_URL (the chat completions API).
-// One generateText call that calls a tool, then answers.
+// OTLP/HTTP protobuf exporter (the OTLP/JSON one with OTEL_EXPORTER_OTLP_PROTOCOL=http/json),
+// configured by OTEL_EXPORTER_OTLP_ENDPOINT and OTEL_EXPORTER_OTLP_HEADERS alone; the model at
+// OPENAI_BASE_URL (the chat completions API). One generateText call that calls a tool, then
+// answers.
 import { NodeSDK } from "@opentelemetry/sdk-node";
 import { OTLPTraceExporter } from "@opentelemetry/exporter-trace-otlp-proto";
+import { OTLPTraceExporter as OTLPJsonTraceExporter } from "@opentelemetry/exporter-trace-otlp-http";
 import { generateText, stepCountIs, tool } from "ai";
 import { createOpenAI } from "@ai-sdk/openai";
 import { z } from "zod";
 
-const sdk = new NodeSDK({ traceExporter: new OTLPTraceExporter() });
+const json = process.env.OTEL_EXPORTER_OTLP_PROTOCOL === "http/json";
+const sdk = new NodeSDK({
+  traceExporter: json ? new OTLPJsonTraceExporter() : new OTLPTraceExporter(),
+});
 sdk.start();
 const openai = createOpenAI({ baseURL: process.env.OPENAI_BASE_URL, apiKey: "test-key" });
 const result = await generateText({
