@@ -16,6 +16,8 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Value
 
+from devassist.storable import StorableJSONField
+
 
 def money_field() -> models.DecimalField:
     """Costs in USD, exact to 1e-8."""
@@ -258,7 +260,9 @@ class PendingLogEvents(models.Model):
     #: The span's OpenTelemetry id (16 hex digits; empty in rows stored before it was kept),
     #: to name the span while it has no step.
     span_id = models.CharField(max_length=16, blank=True, default="")
-    events = models.JSONField(default=list)
+    #: Made storable as it is written (a log record's body may hold NUL or a non-finite
+    #: number, which PostgreSQL's JSON refuses).
+    events = StorableJSONField(default=list)
     received_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -776,7 +776,8 @@ def tokens_of(attributes: Mapping[str, Any]) -> int:
     ``prompt_tokens`` / ``completion_tokens``, ``llm.token_count.prompt`` / ``completion``,
     ``ai.usage.inputTokens`` / ``outputTokens`` or ``promptTokens`` / ``completionTokens``);
     0 when it names none, and for a Vercel AI SDK function call (``_AI_SDK_CALLS``)."""
-    if attributes.get("ai.operationId") in _AI_SDK_CALLS:
+    operation = attributes.get("ai.operationId")
+    if isinstance(operation, str) and operation in _AI_SDK_CALLS:
         return 0
     total = _count(attributes, _TOTAL_TOKENS)
     if total is not None:

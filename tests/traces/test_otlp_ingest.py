@@ -24,6 +24,7 @@ from tests.conftest import post_as
 from tests.traces.otlp_clients import (
     JSON,
     PROTOBUF,
+    export_request,
     gzipped,
     json_body,
     partial_success,
@@ -548,6 +549,28 @@ async def test_children_sent_before_their_parents_are_kept_then_attached(user):
     assert all(c["depth"] == 1 for c in top["children"])
 
 
+async def test_a_root_with_text_postgresql_cannot_hold_ends_its_trace(user):
+    """The root span comes last, to a trace its children opened, with NUL in its input and
+    in its service's name (what the trace's task and agent type are taken from): the trace
+    takes both, U+FFFD in the NUL's place, and ends."""
+
+    def agent(tracer: otel_trace.Tracer) -> None:
+        with tracer.start_as_current_span("agent", attributes={"input.value": "a\x00b"}):
+            tracer.start_span("tool").end()
+
+    spans = sdk_spans(agent, service="svc\x00")
+    token = await token_for(user)
+    for span in spans:  # the child first: the root's request finds the trace stored
+        assert (await post_otlp(protobuf_body([span]), token=token)).status_code == HTTPStatus.OK
+    trace, steps, _ = await stored(trace_of(spans))
+    assert (trace.status, trace.task, trace.agent_type) == (
+        TraceStatus.COMPLETED,
+        "a\ufffdb",
+        "svc\ufffd",
+    )
+    assert sorted(steps) == ["agent", "tool"]
+
+
 async def test_a_trace_of_two_services_names_each_span_s_service_and_its_entry_point(user):
     """A distributed trace: a web service's request span calls an agent service (the trace
     context goes with the call). The agent's spans come first, in a request of their own;
@@ -866,6 +889,44 @@ async def test_a_bad_span_is_rejected_and_the_others_are_stored(user, damage, wo
     assert words in message
     _, steps, _ = await stored(trace_of(spans))
     assert sorted(steps) == ["s0", "s1"]
+
+
+async def test_attributes_of_unexpected_types_keep_their_span(user):
+    """Where the mapping looks for a string or a number (the kind of span, the model, the
+    tool's name, tokens, cost), a span may hold a map or a list: the span is stored, as an
+    action, with those values among its attributes."""
+    from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+
+    spans = sdk_spans(siblings)
+    request = export_request(spans)
+    odd = request.resource_spans[0].scope_spans[0].spans[0]
+    keys = [
+        "ai.operationId",
+        "openinference.span.kind",
+        "gen_ai.operation.name",
+        "gen_ai.request.model",
+        "tool.name",
+        "llm.token_count.total",
+        "llm.cost.total",
+        "input.mime_type",
+    ]
+    for index, key in enumerate(keys):
+        value = AnyValue()
+        if index % 2:
+            value.array_value.values.add(string_value="LLM")
+        else:
+            value.kvlist_value.values.add(key="k", value=AnyValue(int_value=1))
+        odd.attributes.append(KeyValue(key=key, value=value))
+
+    response = await post_otlp(request.SerializeToString(), token=await token_for(user))
+
+    assert response.status_code == HTTPStatus.OK
+    assert partial_success(response) == (0, "")
+    _, steps, _ = await stored(trace_of(spans))
+    step = steps[odd.name]
+    assert (step.step_type, step.tokens, step.cost) == (StepType.ACTION, 0, Decimal(0))
+    assert step.data["tool_name"] == odd.name
+    assert step.data["attributes"]["ai.operationId"] == {"k": 1}
 
 
 async def test_a_request_whose_every_span_is_bad_is_400(user):

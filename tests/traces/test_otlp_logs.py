@@ -237,6 +237,26 @@ async def test_plain_log_records_in_a_span_are_its_events(user):
     assert "input" not in step.data
 
 
+async def test_a_waiting_record_with_what_json_columns_cannot_hold_is_kept(user):
+    """A record whose body holds NUL and an infinite number, sent before its span: it waits
+    with both made storable (PostgreSQL's JSON takes neither) and joins the step."""
+
+    def odd_tool(tracer: otel_trace.Tracer, logger: Logger) -> None:
+        with tracer.start_as_current_span("fetch page"):
+            logger.emit(body={"text": "a\x00b", "took": float("inf")})
+
+    spans, records = sdk_spans_and_logs(odd_tool)
+    token = await token_for(user)
+    response = await post_otlp(logs_body(records), token=token, path="/v1/logs")
+    assert response.status_code == HTTPStatus.OK, response.text
+    assert await waiting_rows() == 1
+    await post_otlp(protobuf_body(spans), token=token)
+    step = await Step.objects.aget(pk=step_of(spans[0]))
+    (event,) = step.data["events"]
+    assert event["body"] == {"text": "a\ufffdb", "took": "Infinity"}
+    assert await waiting_rows() == 0
+
+
 # --- the merge ----------------------------------------------------------------------------------
 
 
