@@ -129,9 +129,10 @@ def save(page: Any, name: str) -> Path:
 
 
 def long_trace(user: Any) -> tuple[Trace, uuid.UUID]:
-    """A trace with a long task and step name (no spaces), a failed step with a long error and
-    data with a long line; returns it and the failed step's id."""
-    trace = Trace.objects.create(user=user, task=LONG_WORD)
+    """A trace with a long task, agent type (an OTel service's name, as long as it may be) and
+    step name (no spaces), a failed step with a long error and data with a long line; returns
+    it and the failed step's id."""
+    trace = Trace.objects.create(user=user, task=LONG_WORD, agent_type=LONG_WORD[:100])
     goal, thought, action, result = (uuid.uuid4() for _ in range(4))
     OrmTraceStore().add_steps_sync(
         trace.id,
