@@ -13,10 +13,11 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from http import HTTPStatus
 from typing import Any
 
 import structlog
-from django.db import transaction
+from django.db import DataError, transaction
 from django.db.models import Q
 
 from devassist.exceptions import DomainError
@@ -26,6 +27,7 @@ from traces.models import OTEL_METADATA_KEY, PendingLogEvents, Step, StepType, T
 from traces.otlp import (
     LOGS,
     Limits,
+    OtlpError,
     Refusals,
     Signal,
     SpanBatch,
@@ -95,13 +97,23 @@ def _ingested(batch: Refusals, foreign: int, item: str) -> IngestOutcome:
 def otlp_export_ingest(*, user: Any, request: Any, signal: Signal) -> IngestOutcome:
     """Store a decoded OTLP export ``request`` of ``signal`` (spans or log records) for
     ``user``, checked against the current limits: what both OTLP/HTTP and OTLP/gRPC do with a
-    request; logs the outcome. Raises ``OtlpError`` (413) for a request of more items than a
-    request may hold."""
+    request; logs the outcome. Raises ``OtlpError``: 413 for a request of more items than a
+    request may hold, 400 when the database refuses what the request holds (nothing of it
+    is stored)."""
     limits = Limits.current()
-    if signal is LOGS:
-        outcome = otlp_logs_ingest(user=user, batch=request_log_records(request, limits=limits))
-    else:
-        outcome = otlp_spans_ingest(user=user, batch=request_spans(request, limits=limits))
+    try:
+        if signal is LOGS:
+            outcome = otlp_logs_ingest(user=user, batch=request_log_records(request, limits=limits))
+        else:
+            outcome = otlp_spans_ingest(user=user, batch=request_spans(request, limits=limits))
+    except DataError as exc:
+        # Text or a number that the mapping let through and the database cannot hold: a bug
+        # here, and the same request would fail again, so not "unavailable; retry".
+        logger.exception("otlp_ingest_refused", items=signal.items, user_id=user.pk)
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise OtlpError(
+            HTTPStatus.BAD_REQUEST, f"The database refused the {signal.items}: {reason}"
+        ) from exc
     logger.info(
         "otlp_ingested",
         items=signal.items,

@@ -26,7 +26,12 @@ from devassist.tokens import api_token_create
 from tests.browser import live_server_env
 from tests.servers import otlp_grpc_process
 from tests.traces.otlp_clients import export_request, logs_request, sdk_spans, sdk_spans_and_logs
-from tests.traces.test_otlp_ingest import genai_agent, step_of, trace_of
+from tests.traces.test_otlp_ingest import (
+    genai_agent,
+    step_of,
+    trace_of,
+    without_the_storable_check,
+)
 from tests.traces.test_otlp_logs import LEGACY_INPUT, LEGACY_OUTPUT, legacy_chat, no_span
 from tests.traces.test_otlp_sdk import check_langchain_trace, run_weather_agent
 from traces.models import PendingLogEvents, Step, Trace, TraceStatus
@@ -106,6 +111,14 @@ def test_bad_spans_are_partial_success_and_a_whole_bad_call_is_invalid(receiver,
     failed = call(receiver, LogsServiceStub, logs_request(records[:1]), token)
     assert failed.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "names no span" in failed.details()
+
+
+def test_what_the_database_refuses_is_invalid_not_unavailable(receiver, user, monkeypatch):
+    spans = without_the_storable_check(monkeypatch)
+    failed = call(receiver, TraceServiceStub, export_request(spans), token_of(user))
+    assert failed.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "NUL" in failed.details()
+    assert not Trace.objects.exists()
 
 
 def test_a_zero_code_agent_is_recorded_by_the_two_variables_alone(receiver, user):

@@ -791,6 +791,25 @@ async def test_bodies_that_do_not_decode_are_refused_whole(
     assert await nothing_stored()
 
 
+def without_the_storable_check(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """The spans of a trace named with NUL, the trace store's storable check switched off:
+    what PostgreSQL refuses reaches it, as a mapping that missed such a value would let it."""
+    monkeypatch.setattr("traces.store.make_storable", lambda instance: None)
+    return sdk_spans(lambda tracer: tracer.start_span("a\x00b").end())
+
+
+async def test_what_the_database_refuses_is_400_not_unavailable(user, monkeypatch):
+    """Not 503: an exporter retries that, and the same spans would fail again."""
+    spans = without_the_storable_check(monkeypatch)
+    response = await post_otlp(protobuf_body(spans), token=await token_for(user))
+    assert response.status_code == HTTPStatus.BAD_REQUEST
+    code, message = rpc_status(response)
+    assert code == 3  # INVALID_ARGUMENT
+    assert message.startswith("The database refused the spans: ")
+    assert "NUL" in message
+    assert await nothing_stored()
+
+
 async def test_bodies_over_the_size_limit_are_413(user, settings):
     settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 50_000
     token = await token_for(user)
