@@ -906,7 +906,7 @@ def _gather_list(
         found: dict[str, Any] = {}
         for key in [k for k in attributes if k.startswith(prefix)]:
             path = key[len(prefix) :].split(".")
-            if len(path) < 2 or not path[0].isdigit():
+            if len(path) < 2 or not _is_index(path[0]):
                 continue  # not a field of a numbered item: it stays an attribute
             if item and path[1] == item and len(path) > 2:
                 path = [path[0], *path[2:]]  # OpenInference's ``<i>.message.<field>``
@@ -926,12 +926,18 @@ def _gather_list(
     return None
 
 
+def _is_index(name: str) -> bool:
+    """Whether a key's part is an item's number: ASCII digits only (``"²".isdigit()``, but
+    ``int("²")`` fails)."""
+    return name.isascii() and name.isdigit()
+
+
 def _as_lists(value: Any) -> Any:
     """Objects whose keys are all numbers as lists, in the numbers' order, all the way down."""
     if not isinstance(value, dict):
         return value
     items = {name: _as_lists(item) for name, item in value.items()}
-    if items and all(name.isdigit() for name in items):
+    if items and all(_is_index(name) for name in items):
         return [items[name] for name in sorted(items, key=int)]
     return items
 

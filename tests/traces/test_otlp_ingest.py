@@ -912,8 +912,9 @@ async def test_a_bad_span_is_rejected_and_the_others_are_stored(user, damage, wo
 
 async def test_attributes_of_unexpected_types_keep_their_span(user):
     """Where the mapping looks for a string or a number (the kind of span, the model, the
-    tool's name, tokens, cost), a span may hold a map or a list: the span is stored, as an
-    action, with those values among its attributes."""
+    tool's name, tokens, cost), a span may hold a map or a list, and where it reads an item's
+    number (``gen_ai.prompt.<i>.content``) a digit that ``int()`` cannot read: the span is
+    stored, as an action, with those values among its attributes."""
     from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 
     spans = sdk_spans(siblings)
@@ -928,6 +929,7 @@ async def test_attributes_of_unexpected_types_keep_their_span(user):
         "llm.token_count.total",
         "llm.cost.total",
         "input.mime_type",
+        "gen_ai.prompt.\u00b2.content",  # a digit to str.isdigit, not to int()
     ]
     for index, key in enumerate(keys):
         value = AnyValue()
@@ -946,6 +948,7 @@ async def test_attributes_of_unexpected_types_keep_their_span(user):
     assert (step.step_type, step.tokens, step.cost) == (StepType.ACTION, 0, Decimal(0))
     assert step.data["tool_name"] == odd.name
     assert step.data["attributes"]["ai.operationId"] == {"k": 1}
+    assert step.data["attributes"]["gen_ai.prompt.\u00b2.content"] == {"k": 1}
 
 
 async def test_a_request_whose_every_span_is_bad_is_400(user):
