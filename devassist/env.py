@@ -7,6 +7,7 @@ import os
 import secrets
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -57,6 +58,16 @@ def env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
             f"{name} must be one of {', '.join(choices)}, got {os.environ.get(name)!r}"
         )
     return value
+
+
+def env_http_url(name: str) -> str:
+    """An ``http://`` or ``https://`` URL that names a host ("" when unset); anything else
+    (``collector:4318``, a bare host) is an error."""
+    raw = os.environ.get(name, "")
+    url = urlsplit(raw)
+    if raw and (url.scheme.lower() not in ("http", "https") or not url.hostname):
+        raise ImproperlyConfigured(f"{name} must be an http:// or https:// URL, got {raw!r}")
+    return raw
 
 
 def env_list(name: str, default: list[str]) -> list[str]:

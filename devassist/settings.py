@@ -14,6 +14,7 @@ from devassist.env import (
     env_bool,
     env_choice,
     env_float,
+    env_http_url,
     env_int,
     env_json,
     env_list,
@@ -362,8 +363,6 @@ LANGFUSE_BASE_URL = env_str("LANGFUSE_BASE_URL", "https://cloud.langfuse.com")
 # OpenTelemetry export of every run (agent/otel.py, docs/opentelemetry.md): on when an OTLP
 # endpoint is set. The SDK reads the other standard OTEL_* variables (headers, timeout,
 # compression, OTEL_BSP_* batching, OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES) itself.
-OTEL_EXPORTER_OTLP_ENDPOINT = env_str("OTEL_EXPORTER_OTLP_ENDPOINT")
-OTEL_EXPORTER_OTLP_TRACES_ENDPOINT = env_str("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
 OTLP_EXPORT_PROTOCOLS = ("http/protobuf", "grpc")  # the OTel SDK's exporters for Python
 # The protocol: http/protobuf (the default) or grpc; the traces' own variable comes first, as the
 # OTel specification has it. The Python SDK has no http/json exporter, so that value (or any
@@ -375,6 +374,12 @@ OTEL_EXPORTER_OTLP_PROTOCOL = env_choice(
     "http/protobuf",
     OTLP_EXPORT_PROTOCOLS,
 )
+# Over OTLP/HTTP the endpoint is a URL: one without its scheme (collector:4318) stops the start,
+# as the SDK would otherwise fail every export with an error in the log alone. gRPC's exporter
+# takes the collector's address as it is (collector:4317) too.
+_otlp_endpoint = env_http_url if OTEL_EXPORTER_OTLP_PROTOCOL == "http/protobuf" else env_str
+OTEL_EXPORTER_OTLP_ENDPOINT = _otlp_endpoint("OTEL_EXPORTER_OTLP_ENDPOINT")
+OTEL_EXPORTER_OTLP_TRACES_ENDPOINT = _otlp_endpoint("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
 OTEL_SDK_DISABLED = env_bool("OTEL_SDK_DISABLED", default=False)
 # Prompts, completions, tool arguments and results leave only when this allows it (true,
 # span_only, event_only, span_and_event).

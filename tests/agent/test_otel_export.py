@@ -414,8 +414,11 @@ def test_the_export_is_off_without_an_endpoint_or_when_disabled(settings, receiv
     assert OtelConfig.current() is None
 
 
-def _protocol_setting(**env: str) -> subprocess.CompletedProcess[str]:
-    """What the settings make of the protocol variables ``env``, in a process of their own."""
+def _otlp_setting(
+    setting: str = "OTEL_EXPORTER_OTLP_PROTOCOL", **env: str
+) -> subprocess.CompletedProcess[str]:
+    """What the settings make of ``setting`` given the OTLP variables ``env``, in a process of
+    their own."""
     environ = {
         name: value
         for name, value in os.environ.items()
@@ -426,7 +429,7 @@ def _protocol_setting(**env: str) -> subprocess.CompletedProcess[str]:
             sys.executable,
             "-c",
             "import django; django.setup(); from django.conf import settings; "
-            "print(settings.OTEL_EXPORTER_OTLP_PROTOCOL)",
+            f"print(settings.{setting})",
         ],
         env={**environ, "DJANGO_SETTINGS_MODULE": "devassist.settings", **env},
         capture_output=True,
@@ -434,6 +437,26 @@ def _protocol_setting(**env: str) -> subprocess.CompletedProcess[str]:
         timeout=60,
         check=False,
     )
+
+
+def test_an_otlp_http_endpoint_without_its_scheme_stops_the_start():
+    """``collector:4318`` would fail every export with an error in the log alone."""
+    given = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318"}
+    kept = _otlp_setting("OTEL_EXPORTER_OTLP_ENDPOINT", **given)
+    assert kept.stdout.strip() == "http://collector:4318"
+    for name in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
+        refused = _otlp_setting(name, **{name: "collector:4318"})
+        assert refused.returncode != 0
+        assert f"{name} must be an http:// or https:// URL, got 'collector:4318'" in (
+            refused.stderr
+        )
+    # gRPC's exporter takes the collector's address as it is.
+    grpc = _otlp_setting(
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+        OTEL_EXPORTER_OTLP_PROTOCOL="grpc",
+        OTEL_EXPORTER_OTLP_ENDPOINT="collector:4317",
+    )
+    assert grpc.stdout.strip() == "collector:4317"
 
 
 def test_the_model_provider_s_attributes():
@@ -453,21 +476,21 @@ def test_the_model_provider_s_attributes():
 
 
 def test_the_protocol_comes_from_the_standard_variables():
-    assert _protocol_setting().stdout.strip() == "http/protobuf"
-    assert _protocol_setting(OTEL_EXPORTER_OTLP_PROTOCOL="GRPC").stdout.strip() == "grpc"
+    assert _otlp_setting().stdout.strip() == "http/protobuf"
+    assert _otlp_setting(OTEL_EXPORTER_OTLP_PROTOCOL="GRPC").stdout.strip() == "grpc"
     # The traces' own variable comes first, as the specification has it.
-    both = _protocol_setting(
+    both = _otlp_setting(
         OTEL_EXPORTER_OTLP_PROTOCOL="grpc", OTEL_EXPORTER_OTLP_TRACES_PROTOCOL="http/protobuf"
     )
     assert both.stdout.strip() == "http/protobuf"
     # ...and only it: the general one may then name a protocol for other signals.
-    traces_only = _protocol_setting(
+    traces_only = _otlp_setting(
         OTEL_EXPORTER_OTLP_PROTOCOL="http/json", OTEL_EXPORTER_OTLP_TRACES_PROTOCOL="grpc"
     )
     assert traces_only.stdout.strip() == "grpc"
     # The Python SDK has no OTLP/JSON exporter: the start stops, saying so, rather than
     # leaving the export off without a word.
-    refused = _protocol_setting(OTEL_EXPORTER_OTLP_PROTOCOL="http/json")
+    refused = _otlp_setting(OTEL_EXPORTER_OTLP_PROTOCOL="http/json")
     assert refused.returncode != 0
     assert (
         "OTEL_EXPORTER_OTLP_PROTOCOL must be one of http/protobuf, grpc, got 'http/json'"
