@@ -376,7 +376,7 @@ OTEL_EXPORTER_OTLP_PROTOCOL = env_choice(
 )
 # Over OTLP/HTTP the endpoint is a URL: one without its scheme (collector:4318) stops the start,
 # as the SDK would otherwise fail every export with an error in the log alone. gRPC's exporter
-# takes the collector's address as it is (collector:4317) too.
+# also takes the collector's bare address (collector:4317).
 _otlp_endpoint = env_http_url if OTEL_EXPORTER_OTLP_PROTOCOL == "http/protobuf" else env_str
 OTEL_EXPORTER_OTLP_ENDPOINT = _otlp_endpoint("OTEL_EXPORTER_OTLP_ENDPOINT")
 OTEL_EXPORTER_OTLP_TRACES_ENDPOINT = _otlp_endpoint("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
