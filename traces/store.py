@@ -33,7 +33,7 @@ from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from devassist.follow import broadcast_on_commit
-from devassist.storable import make_storable, storable_text
+from devassist.storable import make_storable
 from traces.exceptions import (
     BatchTooLarge,
     CostOutOfRange,
@@ -931,9 +931,11 @@ class OrmTraceStore:
             running = stored.is_running
             if running:
                 for name, value in (("task", task), ("agent_type", agent_type)):
-                    if value is not None and storable_text(value) != getattr(stored, name):
-                        setattr(stored, name, storable_text(value))
+                    if value is not None and value != getattr(stored, name):
+                        setattr(stored, name, value)
                         write.extra_trace_fields.add(name)
+                if write.extra_trace_fields:
+                    make_storable(stored)  # before its trace_completed event is made from it
                 if complete is not None:
                     write.complete(complete, total_duration_ms)
             write.save()
