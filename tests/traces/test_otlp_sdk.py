@@ -206,42 +206,33 @@ def test_parts_of_two_traces_sent_at_once_over_many_connections(app_server, user
         assert not Step.objects.filter(trace=trace, pending_parent_id__isnull=False).exists()
 
 
-def run_agent(
-    module: str,
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_program(
+    command: list[str],
     app_server: str,
     user: Any,
     *,
     replies: list[Any],
-    args: tuple[str, ...] = (),
-    service: str = "weather-agent",
+    service: str,
     env: dict[str, str] | None = None,
-    zero_code: bool = False,
+    cwd: Path = REPO_ROOT,
+    header: str = "Authorization=Bearer%20{token}",
 ) -> str:
-    """Run the agent ``python -m <module> <args>``, pointed at the live server by the
-    standard variables (and ``env``), its model answering ``replies``; its output.
-    ``zero_code``: under ``opentelemetry-instrument`` (``--zero-code`` after ``args``), as
-    docs/opentelemetry.md sets it up: no metrics; and, this suite's environment holding three
-    OpenAI instrumentations of one entry-point name where a user has one, only the agent's
-    framework instrumented."""
+    """Run an agent's ``command`` in ``cwd``, pointed at the live server by the standard
+    variables (``OTEL_EXPORTER_OTLP_HEADERS`` is ``header`` with a new token of ``user``;
+    ``env`` added), its model answering ``replies``; its output."""
     _, token = api_token_create(user=user, name="agent")
-    command = [sys.executable, "-m", module, *args]
-    if zero_code:
-        command = [str(Path(sys.executable).with_name("opentelemetry-instrument")), *command]
-        command.append("--zero-code")
-        env = {
-            "OTEL_METRICS_EXPORTER": "none",
-            "OTEL_PYTHON_DISABLED_INSTRUMENTATIONS": "openai,openai_agents",
-            **(env or {}),
-        }
     with FakeOpenAI() as model:
         model.script(replies)
         agent = subprocess.run(
             command,
-            cwd=Path(__file__).resolve().parents[2],
+            cwd=cwd,
             env={
                 **os.environ,
                 "OTEL_EXPORTER_OTLP_ENDPOINT": app_server,
-                "OTEL_EXPORTER_OTLP_HEADERS": f"Authorization=Bearer%20{token}",
+                "OTEL_EXPORTER_OTLP_HEADERS": header.format(token=token),
                 "OTEL_SERVICE_NAME": service,
                 "OPENAI_BASE_URL": model.base_url,
                 "OPENAI_API_KEY": "test-key",
@@ -254,6 +245,34 @@ def run_agent(
         )
     assert agent.returncode == 0, agent.stderr
     return agent.stdout
+
+
+def run_agent(
+    module: str,
+    app_server: str,
+    user: Any,
+    *,
+    replies: list[Any],
+    args: tuple[str, ...] = (),
+    service: str = "weather-agent",
+    env: dict[str, str] | None = None,
+    zero_code: bool = False,
+) -> str:
+    """Run the agent ``python -m <module> <args>`` (``run_program``); its output.
+    ``zero_code``: under ``opentelemetry-instrument`` (``--zero-code`` after ``args``), as
+    docs/opentelemetry.md sets it up: no metrics; and, this suite's environment holding three
+    OpenAI instrumentations of one entry-point name where a user has one, only the agent's
+    framework instrumented."""
+    command = [sys.executable, "-m", module, *args]
+    if zero_code:
+        command = [str(Path(sys.executable).with_name("opentelemetry-instrument")), *command]
+        command.append("--zero-code")
+        env = {
+            "OTEL_METRICS_EXPORTER": "none",
+            "OTEL_PYTHON_DISABLED_INSTRUMENTATIONS": "openai,openai_agents",
+            **(env or {}),
+        }
+    return run_program(command, app_server, user, replies=replies, service=service, env=env)
 
 
 def run_openai_agent(
@@ -316,36 +335,24 @@ VERCEL_AI = Path(__file__).resolve().parent / "vercel_ai"
 
 
 def run_vercel_ai_agent(app_server: str, user: Any, *, answer: str, **env: str) -> Trace:
-    """Run ``tests/traces/vercel_ai/agent.mjs`` against ``app_server`` with ``user``'s token
-    (``env`` added to its environment), the model calling the weather tool and then answering
-    ``answer``; the trace it recorded."""
+    """Run ``tests/traces/vercel_ai/agent.mjs`` (``run_program``, the token as ``x-api-key``;
+    ``env`` added), the model calling the weather tool and then answering ``answer``; the
+    trace it recorded."""
     require(
         shutil.which("node") is not None and (VERCEL_AI / "node_modules" / ".installed").exists(),
         "no Vercel AI SDK agent (make vercel-ai-agent: Node.js and npm)",
     )
-    _, token = api_token_create(user=user, name="vercel-ai")
-    with FakeOpenAI() as model:
-        model.script(
-            [{"tool_calls": [{"name": "getWeather", "arguments": {"city": "Paris"}}]}, answer]
-        )
-        agent = subprocess.run(
-            ["node", "agent.mjs"],
-            cwd=VERCEL_AI,
-            env={
-                **os.environ,
-                "OTEL_EXPORTER_OTLP_ENDPOINT": app_server,
-                "OTEL_EXPORTER_OTLP_HEADERS": f"x-api-key={token}",
-                "OTEL_SERVICE_NAME": "vercel-agent",
-                "OPENAI_BASE_URL": model.base_url,
-                **env,
-            },
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-    assert agent.returncode == 0, agent.stderr
-    assert agent.stdout.strip() == answer
+    output = run_program(
+        ["node", "agent.mjs"],
+        app_server,
+        user,
+        replies=[{"tool_calls": [{"name": "getWeather", "arguments": {"city": "Paris"}}]}, answer],
+        service="vercel-agent",
+        env=env,
+        cwd=VERCEL_AI,
+        header="x-api-key={token}",
+    )
+    assert output.strip() == answer
     return Trace.objects.get(user=user)
 
 
