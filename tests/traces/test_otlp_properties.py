@@ -17,8 +17,6 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import User
 from django.test import Client
-from google.protobuf import json_format
-from google.rpc import status_pb2
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
@@ -32,7 +30,8 @@ from tests.devassist.test_poison_properties import (
     texts,
     trace_reads,
 )
-from tests.traces.otlp_clients import JSON, PROTOBUF, hex_ids
+from tests.traces.otlp_clients import JSON, PROTOBUF, json_document
+from tests.traces.test_otlp_ingest import rpc_status
 from traces.models import Step, Trace
 
 pytestmark = pytest.mark.django_db
@@ -217,8 +216,7 @@ def body_of(request: Any, encoding: str, patch: dict[str, str]) -> bytes:
     (the placeholders stand for text protobuf cannot hold)."""
     if encoding == PROTOBUF:
         return bytes(request.SerializeToString())
-    document = hex_ids(json_format.MessageToDict(request))
-    text = json.dumps(document)
+    text = json.dumps(json_document(request))
     for placeholder, value in patch.items():
         text = text.replace(json.dumps(placeholder), json.dumps(value))
     return text.encode()
@@ -229,15 +227,11 @@ def posted(client: Client, path: str, body: bytes, encoding: str) -> Any:
     assert response.status_code < HTTPStatus.INTERNAL_SERVER_ERROR, response.content[:500]
     assert response["Content-Type"] == encoding
     if response.status_code >= HTTPStatus.BAD_REQUEST:
-        status = status_pb2.Status()
-        if encoding == JSON:
-            json_format.ParseDict(json.loads(response.content), status)
-        else:
-            status.ParseFromString(response.content)
-        assert status.code
-        assert status.message
+        code, message = rpc_status(response)
+        assert code
+        assert message
         # What the mapping let through and the database refused is a bug, not bad input.
-        assert "database refused" not in status.message
+        assert "database refused" not in message
     return response
 
 
