@@ -507,6 +507,9 @@ def _parents_first(spans: Mapping[bytes, tuple[Span, StepCreate, int]]) -> list[
 # --- one span ---------------------------------------------------------------------------------
 
 
+_NO_SPAN_ID = bytes(8)
+
+
 def check_id(value: bytes, size: int, what: str) -> None:
     if len(value) != size:
         raise Refused(f"{what} must be {size} bytes, got {len(value)}")
@@ -522,9 +525,13 @@ def _span_step(
     span: Span, *, limits: Limits, now_ns: int, scope: str, service: str
 ) -> tuple[StepCreate, int]:
     """The step of ``span`` and its start (ns); ``Refused`` for a span that breaks the
-    protocol or the limits."""
+    protocol or the limits. An all-zero parent id is cleared from ``span``: it is a root."""
     check_id(span.trace_id, 16, "trace id")
     check_id(span.span_id, 8, "span id")
+    if span.parent_span_id == _NO_SPAN_ID:
+        # An all-zero id is OTel's invalid span id: no parent. Some emitters and converters
+        # (Zipkin's and Jaeger's root spans carried over) write it for a root.
+        span.ClearField("parent_span_id")
     if span.parent_span_id:
         check_id(span.parent_span_id, 8, "parent span id")
         if span.parent_span_id == span.span_id:

@@ -27,6 +27,7 @@ from tests.traces.otlp_clients import (
     export_request,
     gzipped,
     json_body,
+    json_document,
     partial_success,
     post_otlp,
     protobuf_body,
@@ -949,6 +950,37 @@ async def test_attributes_of_unexpected_types_keep_their_span(user):
     assert step.data["tool_name"] == odd.name
     assert step.data["attributes"]["ai.operationId"] == {"k": 1}
     assert step.data["attributes"]["gen_ai.prompt.\u00b2.content"] == {"k": 1}
+
+
+@pytest.mark.parametrize("encoding", [PROTOBUF, JSON])
+async def test_a_parent_id_of_all_zeros_makes_a_root(user, encoding):
+    """OTel reads an all-zero span id as no span at all: a span naming it as its parent is a
+    root (converters from Zipkin and Jaeger write their roots so)."""
+    spans = sdk_spans(openinference_agent, service="calc-agent")
+    request = export_request(spans)
+    (root,) = [s for s in request.resource_spans[0].scope_spans[0].spans if not s.parent_span_id]
+    root.parent_span_id = bytes(8)
+    body = (
+        request.SerializeToString()
+        if encoding == PROTOBUF
+        else json.dumps(json_document(request)).encode()
+    )
+
+    response = await post_otlp(body, token=await token_for(user), content_type=encoding)
+
+    assert response.status_code == HTTPStatus.OK, response.content
+    assert partial_success(response) == (0, "")
+    trace, steps, tree = await stored(trace_of(spans))
+    assert (trace.status, trace.root_count, trace.task) == (
+        TraceStatus.COMPLETED,
+        1,
+        "What is 2+2?",
+    )
+    assert [node["name"] for node in tree] == ["agent"]
+    assert len(tree[0]["children"]) == 3
+    agent = steps["agent"]
+    assert (agent.parent_id, agent.pending_parent_id, agent.step_type) == (None, None, "goal")
+    assert "parent_span_id" not in agent.data["otel_span"]
 
 
 async def test_a_request_whose_every_span_is_bad_is_400(user):
