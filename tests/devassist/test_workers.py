@@ -2,7 +2,9 @@
 test Redis. A run started on worker A is followed, watched and cancelled through worker B, with
 its events arriving on B while it runs; a worker killed mid-run (``kill -9``) loses nothing: its
 run fails with ``worker_lost`` through the other worker, the run's trace fails, every stream
-that follows it ends, the lists still load, and the run's sandbox container is removed.
+that follows it ends, the lists still load, and the run's sandbox container is removed; a
+worker killed while it stores a batch of OTLP spans keeps nothing of it, and the batch sent
+again through the other worker makes the trace whole.
 
 The model is ``FakeOpenAI`` with delays (a slow model: only the sandbox container's test needs
 Docker); each worker pair has a ``CHANNELS_PREFIX`` of its own, so nothing else on the test
@@ -564,3 +566,116 @@ async def test_the_sandbox_container_of_a_killed_workers_run_is_removed_through_
 
     assert removed_in < LOST_WITHIN_S, f"removed {removed_in:.1f} s after the kill"
     assert (run["status"], run["error_code"]) == ("failed", "worker_lost"), run
+
+
+# --- OTLP spans through two workers ---------------------------------------------------------
+
+#: Iterations of the agent whose spans a killed worker was storing, and tool calls in each:
+#: 1 + 60 * 100 spans, enough that storing them takes a few seconds.
+ITERATIONS, TOOLS = 60, 99
+OTLP_SPANS = 1 + ITERATIONS * (1 + TOOLS)
+
+
+def many_spans_agent(tracer: Any) -> None:
+    """An OpenInference agent: a root over ``ITERATIONS`` model calls of 10 tokens, each
+    with ``TOOLS`` tool calls under it."""
+    root_attributes = {"openinference.span.kind": "AGENT", "input.value": "index the repo"}
+    with tracer.start_as_current_span("agent", attributes=root_attributes):
+        for iteration in range(ITERATIONS):
+            llm = {"openinference.span.kind": "LLM", "llm.token_count.total": 10}
+            with tracer.start_as_current_span(f"llm {iteration}", attributes=llm):
+                for tool in range(TOOLS):
+                    kind = {"openinference.span.kind": "TOOL"}
+                    tracer.start_span(f"tool {iteration}.{tool}", attributes=kind).end()
+
+
+def writing_steps(django_db_blocker: Any) -> bool:
+    """Whether another connection holds the lock that writing steps takes, in a transaction
+    not yet ended (a worker inside a store of OTLP spans). Run in a thread of its own: it
+    closes that thread's connection."""
+    from django.db import connection
+
+    with django_db_blocker.unblock():
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT count(*) FROM pg_locks"
+                    " JOIN pg_class ON pg_class.oid = pg_locks.relation"
+                    " WHERE relname = 'traces_step' AND mode = 'RowExclusiveLock'"
+                    " AND pid <> pg_backend_pid()"
+                )
+                (count,) = cursor.fetchone()
+        finally:
+            connection.close()
+    return bool(count)
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_otlp_spans_a_killed_worker_was_storing_are_stored_whole_through_b(
+    django_db_blocker: Any, tmp_path: Path, token: str
+):
+    """``kill -9`` of worker A while it writes a batch of an agent's spans: nothing of that
+    batch is stored, the trace is not left locked, and the exporter's re-send of the batch
+    through B (as a balancer sends it) and the rest of the trace make the whole tree, its
+    rollups right; a websocket watching through B from before the kill sees every step once,
+    in an unbroken sequence, up to ``trace_completed``."""
+    from opentelemetry.sdk.trace import ReadableSpan
+
+    from tests.traces.otlp_clients import PROTOBUF, partial_success, protobuf_body, sdk_spans
+
+    spans: list[ReadableSpan] = sdk_spans(many_spans_agent)
+    assert len(spans) == OTLP_SPANS
+    first, killed, last = spans[:500], spans[500:-1], spans[-1:]  # in the order they ended
+    trace_id = str(uuid.UUID(int=spans[0].context.trace_id))
+    headers = {"Content-Type": PROTOBUF}
+
+    with FakeOpenAI() as model, two_workers(django_db_blocker, model, tmp_path) as pair:
+        watched = Received()
+        async with api(pair.a, token) as a, api(pair.b, token) as b, Readers() as readers:
+            sent = await a.post("/v1/traces", content=protobuf_body(first), headers=headers)
+            assert sent.status_code == HTTPStatus.OK, sent.content
+            readers.start(watch(pair.b, token, trace_id, watched))
+            await until(lambda: len(watched.frames) > len(first), "the watch's replay")
+
+            storing = asyncio.create_task(
+                a.post("/v1/traces", content=protobuf_body(killed), headers=headers)
+            )
+            deadline = time.monotonic() + BOUND_S
+            while not await asyncio.to_thread(writing_steps, django_db_blocker):
+                assert not storing.done(), "A answered before it was seen writing the steps"
+                assert time.monotonic() < deadline, "A never wrote the steps"
+                await asyncio.sleep(0.02)
+            pair.process_a.kill()  # kill -9
+            pair.process_a.wait(timeout=10)
+            with pytest.raises(httpx.TransportError):
+                await storing
+
+            before = (await b.get(f"/api/traces/{trace_id}")).json()
+            answers = [
+                await b.post("/v1/traces", content=protobuf_body(batch), headers=headers)
+                for batch in (killed, last)
+            ]
+            await readers.finish()
+            trace = (await b.get(f"/api/traces/{trace_id}")).json()
+            tree = (await b.get(f"/api/traces/{trace_id}/tree")).json()
+
+    assert (before["status"], before["total_steps"]) == ("running", len(first))
+    for answer in answers:
+        assert answer.status_code == HTTPStatus.OK, answer.content
+        assert partial_success(answer) == (0, "")
+    assert (trace["status"], trace["total_steps"], trace["total_tokens"]) == (
+        "completed",
+        OTLP_SPANS,
+        10 * ITERATIONS,
+    )
+    (root,) = tree["root_steps"]
+    assert (root["name"], root["subtree_steps"], root["subtree_tokens"]) == (
+        "agent",
+        OTLP_SPANS,
+        10 * ITERATIONS,
+    )
+    assert len(root["children"]) == ITERATIONS
+    assert {len(llm["children"]) for llm in root["children"]} == {TOOLS}
+    assert_watch_complete(watched, "completed")
+    added = [e["step"]["name"] for e in watched.events() if e["event"] == "step_added"]
+    assert sorted(added) == sorted(span.name for span in spans)
