@@ -149,7 +149,7 @@ def _record_name(record: LogRecord) -> str:
 def _record_event(record: LogRecord, *, limits: Limits, now_ns: int) -> dict[str, Any]:
     """The step event of ``record``; ``Refused`` for one that names no span or breaks the
     protocol or the limits."""
-    if not record.trace_id or not record.span_id:
+    if not any(record.trace_id) or not any(record.span_id):  # absent, or OTel's invalid id
         raise Refused(
             "it names no span (a trace id and a span id): DevAssist keeps log records as "
             "events of their spans"

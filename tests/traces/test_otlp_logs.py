@@ -21,6 +21,7 @@ from tests.traces.otlp_clients import (
     gzipped,
     logs_body,
     logs_json_body,
+    logs_request,
     partial_success,
     post_otlp,
     protobuf_body,
@@ -316,6 +317,24 @@ async def test_records_that_name_no_span_are_rejected_the_others_kept(user):
     rejected, message = partial_success(response, logs=True)
     assert rejected == 1
     assert "1 log record(s) rejected" in message
+    assert "names no span" in message
+    assert await waiting_rows() == 1
+
+
+async def test_a_record_with_ids_of_all_zeros_names_no_span(user):
+    """All zeros is OTel's invalid id: a record outside any span, as some SDKs write it."""
+    _spans, records = sdk_spans_and_logs(no_span)
+    request = logs_request(records)
+    outside, inside = request.resource_logs[0].scope_logs[0].log_records
+    assert not outside.span_id
+    assert inside.span_id
+    outside.trace_id, outside.span_id = bytes(16), bytes(8)
+    response = await post_otlp(
+        request.SerializeToString(), token=await token_for(user), path="/v1/logs"
+    )
+    assert response.status_code == HTTPStatus.OK
+    rejected, message = partial_success(response, logs=True)
+    assert rejected == 1
     assert "names no span" in message
     assert await waiting_rows() == 1
 
