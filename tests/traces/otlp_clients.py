@@ -87,11 +87,11 @@ def logs_request(records: Sequence[ReadableLogRecord]) -> ExportLogsServiceReque
 
 
 def logs_body(records: Sequence[ReadableLogRecord]) -> bytes:
-    return logs_request(records).SerializeToString()
+    return request_body(logs_request(records))
 
 
 def logs_json_body(records: Sequence[ReadableLogRecord]) -> bytes:
-    return json.dumps(json_document(encode_logs(records))).encode()
+    return request_body(logs_request(records), JSON)
 
 
 def export_request(spans: Sequence[ReadableSpan]) -> ExportTraceServiceRequest:
@@ -99,7 +99,7 @@ def export_request(spans: Sequence[ReadableSpan]) -> ExportTraceServiceRequest:
 
 
 def protobuf_body(spans: Sequence[ReadableSpan]) -> bytes:
-    return export_request(spans).SerializeToString()
+    return request_body(export_request(spans))
 
 
 def hex_ids(value: Any) -> Any:
@@ -123,7 +123,15 @@ def json_document(request: Message) -> dict[str, Any]:
 
 
 def json_body(spans: Sequence[ReadableSpan]) -> bytes:
-    return json.dumps(json_document(export_request(spans))).encode()
+    return request_body(export_request(spans), JSON)
+
+
+def request_body(request: Message, encoding: str = PROTOBUF) -> bytes:
+    """An export request (spans or log records) as a body in ``encoding``: protobuf, or
+    OTLP/JSON."""
+    if encoding == JSON:
+        return json.dumps(json_document(request)).encode()
+    return bytes(request.SerializeToString())
 
 
 def gzipped(body: bytes) -> bytes:

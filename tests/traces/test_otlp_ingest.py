@@ -27,11 +27,11 @@ from tests.traces.otlp_clients import (
     export_request,
     gzipped,
     json_body,
-    json_document,
     partial_success,
     post_otlp,
     protobuf_body,
     recording_provider,
+    request_body,
     sdk_spans,
     watching,
 )
@@ -960,11 +960,7 @@ async def test_a_parent_id_of_all_zeros_makes_a_root(user, encoding):
     request = export_request(spans)
     (root,) = [s for s in request.resource_spans[0].scope_spans[0].spans if not s.parent_span_id]
     root.parent_span_id = bytes(8)
-    body = (
-        request.SerializeToString()
-        if encoding == PROTOBUF
-        else json.dumps(json_document(request)).encode()
-    )
+    body = request_body(request, encoding)
 
     response = await post_otlp(body, token=await token_for(user), content_type=encoding)
 

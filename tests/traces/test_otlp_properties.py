@@ -30,7 +30,7 @@ from tests.devassist.test_poison_properties import (
     texts,
     trace_reads,
 )
-from tests.traces.otlp_clients import JSON, PROTOBUF, json_document
+from tests.traces.otlp_clients import JSON, PROTOBUF, request_body
 from tests.traces.test_otlp_ingest import rpc_status
 from traces.models import Step, Trace
 
@@ -215,8 +215,8 @@ def body_of(request: Any, encoding: str, patch: dict[str, str]) -> bytes:
     """``request`` in ``encoding``; in JSON with the strings ``patch`` names swapped back in
     (the placeholders stand for text protobuf cannot hold)."""
     if encoding == PROTOBUF:
-        return bytes(request.SerializeToString())
-    text = json.dumps(json_document(request))
+        return request_body(request)
+    text = request_body(request, JSON).decode()
     for placeholder, value in patch.items():
         text = text.replace(json.dumps(placeholder), json.dumps(value))
     return text.encode()
