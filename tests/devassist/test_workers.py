@@ -38,6 +38,7 @@ from tests.agent.fake_openai import FakeOpenAI
 from tests.browser import live_server_env
 from tests.servers import daphne_server
 from tests.settings import TEST_REDIS_URL
+from tests.traces.otlp_clients import PROTOBUF, partial_success, protobuf_body, sdk_spans
 
 #: The longest any one wait of these tests may take (a run's end, a stream's end, a status).
 BOUND_S = 60.0
@@ -619,11 +620,7 @@ async def test_otlp_spans_a_killed_worker_was_storing_are_stored_whole_through_b
     through B (as a balancer sends it) and the rest of the trace make the whole tree, its
     rollups right; a websocket watching through B from before the kill sees every step once,
     in an unbroken sequence, up to ``trace_completed``."""
-    from opentelemetry.sdk.trace import ReadableSpan
-
-    from tests.traces.otlp_clients import PROTOBUF, partial_success, protobuf_body, sdk_spans
-
-    spans: list[ReadableSpan] = sdk_spans(many_spans_agent)
+    spans = sdk_spans(many_spans_agent)
     assert len(spans) == OTLP_SPANS
     first, killed, last = spans[:500], spans[500:-1], spans[-1:]  # in the order they ended
     trace_id = str(uuid.UUID(int=spans[0].context.trace_id))
