@@ -6,6 +6,7 @@ Run from the repository root::
     .venv/bin/python benchmarks/otlp_ingest.py                  # 10,000 spans, 3 runs each
     .venv/bin/python benchmarks/otlp_ingest.py --spans 2000 --runs 5 --no-phoenix
     .venv/bin/python benchmarks/otlp_ingest.py --no-phoenix --grpc  # OTLP/HTTP and OTLP/gRPC
+    .venv/bin/python benchmarks/otlp_ingest.py --no-phoenix --redis --watch  # a trace page open
 
 One trace shape, seeded (``--seed``): an OpenInference-instrumented agent (an AGENT root over
 LLM and TOOL spans, tools that start sub-agents of CHAIN, LLM, TOOL and RETRIEVER spans, 10
@@ -30,7 +31,10 @@ DevAssist runs under daphne on PostgreSQL (``BENCH_DATABASE_URL``, default
 ``postgres://postgres@127.0.0.1:5432/devassist_otlp_bench``, created and migrated when missing;
 the benchmark user's traces from earlier runs are deleted). With ``--grpc`` the same client
 also sends the trace over OTLP/gRPC to ``manage.py otlp_grpc`` (the SDK's gRPC exporter),
-read back through the same ``/tree``.
+read back through the same ``/tree``. With ``--redis`` DevAssist runs on the Redis channel
+layer (``BENCH_REDIS_URL``, default ``redis://127.0.0.1:6379/9``); with ``--watch`` a client
+watches each trace on its websocket from its first batch, as an open trace page does, and the
+time from the flush until it has every event up to ``trace_completed`` is reported too.
 Phoenix runs from its own virtualenv (``--phoenix-python``, default ``.venv-phoenix/bin/python``;
 ``pip install arize-phoenix`` there), ``phoenix serve`` on free loopback ports with a
 temporary working directory (SQLite, its default); without it the script measures DevAssist
@@ -70,6 +74,7 @@ from benchmarks.trace_tree import (  # noqa: E402
 )
 
 DEFAULT_DATABASE_URL = "postgres://postgres@127.0.0.1:5432/devassist_otlp_bench"
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/9"
 BENCH_USERNAME = "otlp-benchmark"
 PHOENIX_PROJECT = "otlp-bench"
 PHOENIX_PAGE = 1000  # the REST API's largest page
@@ -218,18 +223,28 @@ def send(
     headers: dict[str, str],
     resource: dict[str, str],
     *,
+    trace_id: int,
     pace_s: float = 0.0,
 ) -> Sent:
-    """Replay ``plan`` through the OTel SDK to ``endpoint`` (``exporter_for``), its spans
-    ending evenly over ``pace_s`` seconds (0: as fast as the SDK goes); the flush starts when
-    the last span has ended and returns once every batch is acknowledged."""
+    """Replay ``plan`` through the OTel SDK to ``endpoint`` (``exporter_for``) as the trace
+    ``trace_id``, its spans ending evenly over ``pace_s`` seconds (0: as fast as the SDK
+    goes); the flush starts when the last span has ended and returns once every batch is
+    acknowledged."""
     from opentelemetry import trace as otel_trace
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
     from opentelemetry.trace import Status, StatusCode
 
-    provider = TracerProvider(resource=Resource.create(resource), shutdown_on_exit=False)
+    class KnownTraceId(RandomIdGenerator):
+        # Known before the first span, so a watcher can wait for the trace.
+        def generate_trace_id(self) -> int:
+            return trace_id
+
+    provider = TracerProvider(
+        resource=Resource.create(resource), id_generator=KnownTraceId(), shutdown_on_exit=False
+    )
     processor = BatchSpanProcessor(
         exporter_for(endpoint, headers),
         max_queue_size=len(plan.spans) * 2,
@@ -239,7 +254,7 @@ def send(
     provider.add_span_processor(processor)
     tracer = provider.get_tracer("benchmark.agent")
 
-    def emit(index: int, context: Any) -> int:
+    def emit(index: int, context: Any) -> None:
         planned = plan.spans[index]
         span = tracer.start_span(planned.name, context=context, attributes=planned.attributes)
         inside = otel_trace.set_span_in_context(span)
@@ -250,10 +265,9 @@ def send(
         if pace_s:
             time.sleep(pace_s / len(plan.spans))
         span.end()
-        return span.get_span_context().trace_id
 
     started = time.perf_counter()
-    trace_id = emit(0, None)
+    emit(0, None)
     flush_started = time.perf_counter()
     if not processor.force_flush(timeout_millis=600_000):
         raise RuntimeError("the flush did not finish")
@@ -307,12 +321,60 @@ def read_phoenix(client: httpx.Client, trace_id: str) -> tuple[int, int]:
             return count, roots
 
 
+class Watcher:
+    """A watcher of the trace on DevAssist's websocket, as the trace page watches it: it
+    waits for the trace to exist (its first batch), connects, and reads every event until
+    ``trace_completed``, when it notes the time (``perf_counter``) and the events it got."""
+
+    def __init__(self, base_url: str, headers: dict[str, str], trace_id: str) -> None:
+        import threading
+        import uuid
+
+        self.base_url = base_url
+        self.headers = headers
+        self.trace_id = uuid.UUID(trace_id)
+        self.completed_at: float | None = None
+        self.events = 0
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._watch, name="watcher", daemon=True)
+        self._thread.start()
+
+    def _watch(self) -> None:
+        from websockets.sync.client import connect
+
+        try:
+            with httpx.Client(base_url=self.base_url, headers=self.headers) as client:
+                while client.get(f"/api/traces/{self.trace_id}").status_code == 404:
+                    time.sleep(0.01)
+            url = self.base_url.replace("http://", "ws://") + f"/api/traces/{self.trace_id}/watch"
+            with connect(url, additional_headers=self.headers, max_size=None) as socket:
+                while True:
+                    event = orjson.loads(socket.recv(timeout=600))
+                    self.events += 1
+                    if event["event"] == "trace_completed":
+                        self.completed_at = time.perf_counter()
+                        return
+        except BaseException as exc:  # reported by ``wait``
+            self.error = exc
+
+    def wait(self, timeout_s: float) -> float:
+        """When the watcher had ``trace_completed``."""
+        self._thread.join(timeout_s)
+        if self.error is not None:
+            raise RuntimeError(f"the watcher failed: {self.error!r}") from self.error
+        if self.completed_at is None:
+            raise RuntimeError(f"the watcher had no trace_completed after {timeout_s} s")
+        return self.completed_at
+
+
 @dataclass
 class Run:
     ingest_s: float
     readable_s: float
     reads_s: list[float]
     emit_s: float
+    #: Flush -> a websocket watcher has ``trace_completed`` (``--watch``).
+    watched_s: float | None = None
 
 
 def measure(
@@ -325,12 +387,16 @@ def measure(
     poll_s: float,
     give_up_s: float,
     pace_s: float,
+    watch_url: str | None = None,
 ) -> Run:
+    trace_id = random.getrandbits(128)
+    watcher = Watcher(watch_url, headers, f"{trace_id:032x}") if watch_url else None
     sent = send(
         plan,
         endpoint,
         headers,
         {"service.name": "benchmark-agent", "openinference.project.name": PHOENIX_PROJECT},
+        trace_id=trace_id,
         pace_s=pace_s,
     )
     expected = len(plan.spans)
@@ -342,12 +408,21 @@ def measure(
         if time.perf_counter() - sent.flush_started > give_up_s:
             raise RuntimeError(f"only {count} spans readable after {give_up_s} s")
         time.sleep(poll_s)
+    watched_s = None
+    if watcher is not None:
+        watched_s = watcher.wait(give_up_s) - sent.flush_started
     timed = []
     for _ in range(reads):
         started = time.perf_counter()
         assert reader(sent.trace_id)[0] == expected
         timed.append(time.perf_counter() - started)
-    return Run(ingest_s=sent.ingest_s, readable_s=readable_s, reads_s=timed, emit_s=sent.emit_s)
+    return Run(
+        ingest_s=sent.ingest_s,
+        readable_s=readable_s,
+        reads_s=timed,
+        emit_s=sent.emit_s,
+        watched_s=watched_s,
+    )
 
 
 # --- the servers --------------------------------------------------------------------------------
@@ -412,6 +487,9 @@ def report(name: str, runs: list[Run]) -> dict[str, float]:
         ("flush -> whole trace readable", [r.readable_s for r in runs], figures["readable"]),
         ("whole-trace read", [p50(r.reads_s) for r in runs], figures["read"]),
     ]
+    if all(r.watched_s is not None for r in runs):
+        watched = [r.watched_s for r in runs if r.watched_s is not None]
+        rows.insert(3, ("flush -> the watcher has every event", watched, p50(watched)))
     for label, values, middle in rows:
         each = ", ".join(f"{v:.3f}" for v in values)
         print(f"  {label:<36} {middle:8.3f}   ({each})")
@@ -445,15 +523,30 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--give-up", type=float, default=900.0, help="seconds to wait for a whole trace"
     )
+    parser.add_argument(
+        "--watch",
+        action="store_true",
+        help="watch each trace on DevAssist's websocket as it arrives, as the trace page does",
+    )
+    parser.add_argument(
+        "--redis",
+        action="store_true",
+        help="run DevAssist on the Redis channel layer (BENCH_REDIS_URL, default "
+        f"{DEFAULT_REDIS_URL}) instead of the in-memory one",
+    )
     return parser.parse_args(argv)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     var_dir = configure_environment(
-        default_database_url=DEFAULT_DATABASE_URL, var_prefix="devassist-otlp-bench-var-"
+        default_database_url=DEFAULT_DATABASE_URL,
+        var_prefix="devassist-otlp-bench-var-",
+        redis_url=os.environ.get("BENCH_REDIS_URL", DEFAULT_REDIS_URL) if args.redis else None,
     )
     print(f"{os.cpu_count()} CPUs, load average {machine_load()}")
+    layer = "Redis" if args.redis else "in-memory"
+    print(f"DevAssist on the {layer} channel layer{', watched' if args.watch else ''}")
     plan = plan_trace(args.spans, args.seed)
     kinds: dict[str, int] = {}
     for span in plan.spans:
@@ -487,6 +580,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             "LOG_LEVEL": "WARNING",
             "SECRET_KEY": "otlp-benchmark",
         }
+        if args.redis:
+            env |= {"REDIS_URL": os.environ["REDIS_URL"], "CHANNELS_PREFIX": "devassist-bench"}
         results: dict[str, dict[str, float]] = {}
         with daphne_server(env, timeout_s=60) as base_url:
             headers = {"Authorization": f"Bearer {token}"}
@@ -504,6 +599,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                             poll_s=0.02,
                             give_up_s=args.give_up,
                             pace_s=args.pace,
+                            watch_url=base_url if args.watch else None,
                         )
                         for _ in range(args.runs)
                     ]

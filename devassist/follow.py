@@ -74,24 +74,30 @@ async def broadcast(group: str, message: dict[str, Any]) -> None:
     await get_channel_layer().group_send(group, {**message, "group": group})
 
 
+#: The type of a message that carries several (``broadcast_on_commit``); listeners get each.
+BATCH_TYPE = "follow.batch"
+
+
 def broadcast_on_commit(group: str, messages: Sequence[dict[str, Any]]) -> None:
-    """``broadcast`` each of ``messages`` to ``group`` once the current transaction commits
-    (at once outside one), from the committing thread. A failure is logged, never raised:
-    what the messages carry is stored in its log, and followers fill the gap from there."""
+    """``broadcast`` ``messages`` to ``group`` once the current transaction commits (at once
+    outside one), from the committing thread, as one message of the channel layer: its
+    listeners get each of them, in order. A failure is logged, never raised: what the
+    messages carry is stored in its log, and followers fill the gap from there.
+
+    One message per commit, not one per event: a write of 512 OTLP spans has 512 events, and
+    sending them one by one (a Redis round trip or three each, on the worker's event loop,
+    which also forwards them to the watchers) made the spans' request wait for all of them
+    (benchmarks/README.md, "2026-12-05 16:10")."""
     if messages:
         transaction.on_commit(partial(_broadcast_committed, group, list(messages)))
 
 
 def _broadcast_committed(group: str, messages: list[dict[str, Any]]) -> None:
+    message = messages[0] if len(messages) == 1 else {"type": BATCH_TYPE, "messages": messages}
     try:
-        async_to_sync(_broadcast_all)(group, messages)
+        async_to_sync(broadcast)(group, message)
     except Exception:
         logger.exception("broadcast_failed", group=group)
-
-
-async def _broadcast_all(group: str, messages: list[dict[str, Any]]) -> None:
-    for message in messages:
-        await broadcast(group, message)
 
 
 class _Hub:
@@ -158,8 +164,11 @@ class _Hub:
             except Exception as exc:
                 self.fail(LayerFailed(str(exc) or type(exc).__name__))
                 return
-            for queue in self.listeners.get(message.get("group", ""), ()):
-                queue.put_nowait(message)
+            queues = self.listeners.get(message.get("group", ""), ())
+            batch = message["messages"] if message.get("type") == BATCH_TYPE else [message]
+            for queue in queues:
+                for item in batch:
+                    queue.put_nowait(item)
 
     async def _rejoin(self, channel: str) -> None:
         """Renew the channel's group entries, which expire (``CHANNELS_GROUP_EXPIRY_S``)."""

@@ -8,9 +8,11 @@ from typing import Any
 import httpx
 import pytest
 from asgiref.sync import sync_to_async
+from channels.layers import get_channel_layer
 from channels.testing import WebsocketCommunicator
 from django.db import connection
 
+import traces.selectors
 from devassist.asgi import application
 from devassist.follow import broadcast
 from devassist.tokens import api_token_create
@@ -108,6 +110,47 @@ async def test_live_events_arrive_in_order(layer, user):
     assert received[2]["step_id"] == str(root.id)
     assert received[2]["updates"]["status"] == "completed"
     assert received[3]["trace"]["status"] == "completed"
+    assert await communicator.receive_nothing()
+    await communicator.disconnect()
+
+
+async def test_a_write_of_many_steps_is_one_broadcast_that_watchers_hear_whole(layer, user):
+    """A batch of OTLP spans is one write of hundreds of steps: the channel layer carries it
+    as one message (one per event made the batch's request wait for every one of them), and
+    each watcher gets every step_added from it, in order, without reading the log."""
+    store = orm_store()
+    trace = await store.create_trace(user=user, task="burst")
+    communicator = watch(trace.id, await token_for(user))
+    await connected(communicator)
+    root = step("goal")
+    await store.add_step(trace.id, root)
+    assert (await communicator.receive_json_from(timeout=10))["seq"] == 1  # it is live
+    sent: list[dict[str, Any]] = []
+    reads: list[int] = []
+    real_send = get_channel_layer().group_send
+    real_read = traces.selectors.trace_events_after
+
+    async def counted_send(group: str, message: dict[str, Any]) -> None:
+        sent.append(message)
+        await real_send(group, message)
+
+    def counted_read(**kwargs: Any) -> list[dict[str, Any]]:
+        reads.append(kwargs["after_seq"])
+        return real_read(**kwargs)
+
+    steps = [step("action", parent=root, name=f"tool {i}") for i in range(300)]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(get_channel_layer(), "group_send", counted_send)
+        patch.setattr(traces.selectors, "trace_events_after", counted_read)
+        await store.add_steps(trace.id, steps)
+        received = [await communicator.receive_json_from(timeout=10) for _ in steps]
+    assert len(sent) == 1
+    assert [(e["event"], e["seq"]) for e in received] == [
+        ("step_added", seq) for seq in range(2, 302)
+    ]
+    assert [e["step"]["name"] for e in received] == [f"tool {i}" for i in range(300)]
+    assert received[-1]["totals"]["total_steps"] == 301
+    assert reads == []
     assert await communicator.receive_nothing()
     await communicator.disconnect()
 
