@@ -6,7 +6,7 @@ Run from the repository root::
     .venv/bin/python benchmarks/otlp_ingest.py                  # 10,000 spans, 3 runs each
     .venv/bin/python benchmarks/otlp_ingest.py --spans 2000 --runs 5 --no-phoenix
     .venv/bin/python benchmarks/otlp_ingest.py --no-phoenix --grpc  # OTLP/HTTP and OTLP/gRPC
-    .venv/bin/python benchmarks/otlp_ingest.py --no-phoenix --redis --watch  # a trace page open
+    .venv/bin/python benchmarks/otlp_ingest.py --no-phoenix --redis --watch page  # a page open
 
 One trace shape, seeded (``--seed``): an OpenInference-instrumented agent (an AGENT root over
 LLM and TOOL spans, tools that start sub-agents of CHAIN, LLM, TOOL and RETRIEVER spans, 10
@@ -32,9 +32,11 @@ DevAssist runs under daphne on PostgreSQL (``BENCH_DATABASE_URL``, default
 the benchmark user's traces from earlier runs are deleted). With ``--grpc`` the same client
 also sends the trace over OTLP/gRPC to ``manage.py otlp_grpc`` (the SDK's gRPC exporter),
 read back through the same ``/tree``. With ``--redis`` DevAssist runs on the Redis channel
-layer (``BENCH_REDIS_URL``, default ``redis://127.0.0.1:6379/9``); with ``--watch`` a client
-watches each trace on its websocket from its first batch, as an open trace page does, and the
-time from the flush until it has every event up to ``trace_completed`` is reported too.
+layer (``BENCH_REDIS_URL``, default ``redis://127.0.0.1:6379/9``). With ``--watch socket``
+a client watches each trace on its websocket from its first batch, as the trace page's script
+does, and the time from the flush until it has every event up to ``trace_completed`` is
+reported too; with ``--watch page`` the trace page itself, in Chromium (``CHROMIUM_PATH``,
+default ``/usr/bin/chromium``), until it shows the trace completed and its whole tree.
 Phoenix runs from its own virtualenv (``--phoenix-python``, default ``.venv-phoenix/bin/python``;
 ``pip install arize-phoenix`` there), ``phoenix serve`` on free loopback ports with a
 temporary working directory (SQLite, its default); without it the script measures DevAssist
@@ -47,6 +49,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import os
 import random
 import shutil
@@ -75,6 +78,8 @@ from benchmarks.trace_tree import (  # noqa: E402
 
 DEFAULT_DATABASE_URL = "postgres://postgres@127.0.0.1:5432/devassist_otlp_bench"
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/9"
+BENCH_PASSWORD = "otlp-benchmark-pw-1"
+CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
 BENCH_USERNAME = "otlp-benchmark"
 PHOENIX_PROJECT = "otlp-bench"
 PHOENIX_PAGE = 1000  # the REST API's largest page
@@ -322,48 +327,98 @@ def read_phoenix(client: httpx.Client, trace_id: str) -> tuple[int, int]:
 
 
 class Watcher:
-    """A watcher of the trace on DevAssist's websocket, as the trace page watches it: it
-    waits for the trace to exist (its first batch), connects, and reads every event until
-    ``trace_completed``, when it notes the time (``perf_counter``) and the events it got."""
+    """Someone watching the trace as it arrives: a client of its websocket (``socket``), as the
+    trace page's script is, or the trace page itself in Chromium (``page``, signed in as the
+    benchmark user). Ready (``ready``) before the trace is sent, it waits for the trace to
+    exist (its first batch), follows it until it is complete and notes when
+    (``perf_counter``): the socket at ``trace_completed``, the page once it shows the trace
+    completed and its one tree (the root's row alone at the top)."""
 
-    def __init__(self, base_url: str, headers: dict[str, str], trace_id: str) -> None:
+    def __init__(self, base_url: str, headers: dict[str, str], trace_id: str, kind: str) -> None:
         import threading
         import uuid
 
         self.base_url = base_url
         self.headers = headers
         self.trace_id = uuid.UUID(trace_id)
+        self.kind = kind
+        self.ready = threading.Event()
         self.completed_at: float | None = None
-        self.events = 0
+        #: What the page showed instead of the whole tree, when it never did.
+        self.never = ""
         self.error: BaseException | None = None
         self._thread = threading.Thread(target=self._watch, name="watcher", daemon=True)
         self._thread.start()
 
     def _watch(self) -> None:
-        from websockets.sync.client import connect
-
         try:
-            with httpx.Client(base_url=self.base_url, headers=self.headers) as client:
-                while client.get(f"/api/traces/{self.trace_id}").status_code == 404:
-                    time.sleep(0.01)
-            url = self.base_url.replace("http://", "ws://") + f"/api/traces/{self.trace_id}/watch"
-            with connect(url, additional_headers=self.headers, max_size=None) as socket:
-                while True:
-                    event = orjson.loads(socket.recv(timeout=600))
-                    self.events += 1
-                    if event["event"] == "trace_completed":
-                        self.completed_at = time.perf_counter()
-                        return
+            if self.kind == "page":
+                self._watch_page()
+            else:
+                self._watch_socket()
         except BaseException as exc:  # reported by ``wait``
             self.error = exc
+        finally:
+            self.ready.set()
 
-    def wait(self, timeout_s: float) -> float:
-        """When the watcher had ``trace_completed``."""
+    def _wait_for_trace(self) -> None:
+        with httpx.Client(base_url=self.base_url, headers=self.headers) as client:
+            while client.get(f"/api/traces/{self.trace_id}").status_code == 404:
+                time.sleep(0.01)
+
+    def _watch_socket(self) -> None:
+        from websockets.sync.client import connect
+
+        self.ready.set()
+        self._wait_for_trace()
+        url = self.base_url.replace("http://", "ws://") + f"/api/traces/{self.trace_id}/watch"
+        with connect(url, additional_headers=self.headers, max_size=None) as socket:
+            while orjson.loads(socket.recv(timeout=600))["event"] != "trace_completed":
+                pass
+        self.completed_at = time.perf_counter()
+
+    def _watch_page(self) -> None:
+        import re
+
+        from playwright.sync_api import TimeoutError as PlaywrightTimeout
+        from playwright.sync_api import sync_playwright
+
+        from tests.browser import CHROMIUM_ARGS
+
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            page = browser.new_page(base_url=self.base_url)
+            page.goto("/login/")
+            page.fill("input[name=username]", BENCH_USERNAME)
+            page.fill("input[name=password]", BENCH_PASSWORD)
+            page.click("button[type=submit]")
+            page.wait_for_url(re.compile(r"^(?!.*/login/).*$"))
+            self.ready.set()
+            self._wait_for_trace()
+            page.goto(f"/traces/{self.trace_id}/")
+            page.locator("#trace-status").filter(has_text="completed").wait_for(timeout=600_000)
+            try:
+                page.wait_for_function(
+                    "document.querySelectorAll('#tree > ul.tree > li.node').length === 1"
+                    " && !document.querySelector('#tree > ul.tree > li.more')",
+                    timeout=30_000,
+                )
+            except PlaywrightTimeout:
+                rows = page.locator("#tree > ul.tree > li.node").count()
+                more = page.locator("#tree > ul.tree > li.more").all_inner_texts()
+                self.never = f"{rows} rows at the top and {more or 'no link'} 30 s after"
+            else:
+                self.completed_at = time.perf_counter()
+            browser.close()
+
+    def wait(self, timeout_s: float) -> float | None:
+        """When the watcher saw the whole trace; None when the page said the trace was
+        completed but never showed its tree (``never`` says what it showed)."""
         self._thread.join(timeout_s)
         if self.error is not None:
             raise RuntimeError(f"the watcher failed: {self.error!r}") from self.error
-        if self.completed_at is None:
-            raise RuntimeError(f"the watcher had no trace_completed after {timeout_s} s")
+        if self.completed_at is None and not self.never:
+            raise RuntimeError(f"the watcher did not see the whole trace in {timeout_s} s")
         return self.completed_at
 
 
@@ -373,7 +428,7 @@ class Run:
     readable_s: float
     reads_s: list[float]
     emit_s: float
-    #: Flush -> a websocket watcher has ``trace_completed`` (``--watch``).
+    #: Flush -> the watcher saw the whole trace (``--watch``; ``inf``: never).
     watched_s: float | None = None
 
 
@@ -388,9 +443,14 @@ def measure(
     give_up_s: float,
     pace_s: float,
     watch_url: str | None = None,
+    watch: str | None = None,
 ) -> Run:
     trace_id = random.getrandbits(128)
-    watcher = Watcher(watch_url, headers, f"{trace_id:032x}") if watch_url else None
+    watcher = None
+    if watch_url and watch:
+        watcher = Watcher(watch_url, headers, f"{trace_id:032x}", watch)
+        if not watcher.ready.wait(120):
+            raise RuntimeError("the watcher did not get ready")
     sent = send(
         plan,
         endpoint,
@@ -410,7 +470,10 @@ def measure(
         time.sleep(poll_s)
     watched_s = None
     if watcher is not None:
-        watched_s = watcher.wait(give_up_s) - sent.flush_started
+        seen = watcher.wait(give_up_s)
+        if seen is None:
+            print(f"  the page never showed the whole tree: {watcher.never}")
+        watched_s = seen - sent.flush_started if seen is not None else math.inf
     timed = []
     for _ in range(reads):
         started = time.perf_counter()
@@ -436,6 +499,8 @@ def prepare_user() -> str:
     from traces.models import Trace
 
     user, _ = get_user_model().objects.get_or_create(username=BENCH_USERNAME)
+    user.set_password(BENCH_PASSWORD)  # the trace page's sign-in (``--watch page``)
+    user.save()
     Trace.objects.filter(user=user).delete()
     _, token = api_token_create(user=user, name="otlp benchmark")
     return token
@@ -473,7 +538,7 @@ def p50(values: Sequence[float]) -> float:
     return statistics.median(values)
 
 
-def report(name: str, runs: list[Run]) -> dict[str, float]:
+def report(name: str, runs: list[Run], watch: str | None = None) -> dict[str, float]:
     figures = {
         "emit": p50([r.emit_s for r in runs]),
         "ingest": p50([r.ingest_s for r in runs]),
@@ -489,7 +554,8 @@ def report(name: str, runs: list[Run]) -> dict[str, float]:
     ]
     if all(r.watched_s is not None for r in runs):
         watched = [r.watched_s for r in runs if r.watched_s is not None]
-        rows.insert(3, ("flush -> the watcher has every event", watched, p50(watched)))
+        label = "the open page shows it all" if watch == "page" else "the watcher has every event"
+        rows.insert(3, (f"flush -> {label}", watched, p50(watched)))
     for label, values, middle in rows:
         each = ", ".join(f"{v:.3f}" for v in values)
         print(f"  {label:<36} {middle:8.3f}   ({each})")
@@ -525,8 +591,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--watch",
-        action="store_true",
-        help="watch each trace on DevAssist's websocket as it arrives, as the trace page does",
+        choices=["socket", "page"],
+        help="watch each trace on DevAssist as it arrives: on its websocket, as the trace page's "
+        f"script does, or on the trace page in Chromium ({CHROMIUM})",
     )
     parser.add_argument(
         "--redis",
@@ -546,7 +613,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     print(f"{os.cpu_count()} CPUs, load average {machine_load()}")
     layer = "Redis" if args.redis else "in-memory"
-    print(f"DevAssist on the {layer} channel layer{', watched' if args.watch else ''}")
+    watched = f", watched ({args.watch})" if args.watch else ""
+    print(f"DevAssist on the {layer} channel layer{watched}")
     plan = plan_trace(args.spans, args.seed)
     kinds: dict[str, int] = {}
     for span in plan.spans:
@@ -599,7 +667,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                             poll_s=0.02,
                             give_up_s=args.give_up,
                             pace_s=args.pace,
-                            watch_url=base_url if args.watch else None,
+                            watch_url=base_url,
+                            watch=args.watch,
                         )
                         for _ in range(args.runs)
                     ]
@@ -608,7 +677,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 if args.grpc:
                     with otlp_grpc_process(env) as address:
                         grpc_runs = measured(f"grpc://{address}")
-            results["DevAssist"] = report("DevAssist (daphne, PostgreSQL)", runs)
+            results["DevAssist"] = report("DevAssist (daphne, PostgreSQL)", runs, args.watch)
             if args.grpc:
                 report("DevAssist over OTLP/gRPC (manage.py otlp_grpc, PostgreSQL)", grpc_runs)
         if not args.no_phoenix and args.phoenix_python.exists():

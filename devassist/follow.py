@@ -87,7 +87,7 @@ def broadcast_on_commit(group: str, messages: Sequence[dict[str, Any]]) -> None:
     One message per commit, not one per event: a write of 512 OTLP spans has 512 events, and
     sending them one by one (a Redis round trip or three each, on the worker's event loop,
     which also forwards them to the watchers) made the spans' request wait for all of them
-    (benchmarks/README.md, "2026-12-05 16:10")."""
+    (benchmarks/README.md, "2026-12-05 14:55")."""
     if messages:
         transaction.on_commit(partial(_broadcast_committed, group, list(messages)))
 

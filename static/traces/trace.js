@@ -242,6 +242,10 @@
   const pending = new Set();
   const added = new Set();  // rows to insert: only steps that step_added announced
   const parents = new Map();  // an announced step's parent, until it is placed
+  // Lists of children whose rows moved away while windows of them are not loaded: their
+  // windows' offsets and counts no longer hold, so the list is loaded again after the flush.
+  const stale = new Set();
+  const ROWS_PER_REQUEST = 200;  // the most ids rows/ takes
   let flushTimer = null;
   // Each flush's rows are placed before the next flush asks for its own: a step announced
   // after its parent is placed after it, even when the later answer comes back first. What a
@@ -274,21 +278,54 @@
     }
     placing = placing
       .then(() => {
-        const ask = new Set(ids);
+        // Only the rows the page can show: the steps it shows (and their ancestors, whose
+        // counts change), and new steps that place() would put in a list. The others load
+        // when their list is opened or its next window asked for (in a burst of spans, nearly
+        // all of them: asking for every one slowed the server down for everyone).
+        const flushed = new Set(ids);
+        const shown = new Map();  // new step of this flush -> whether it can be placed
+        const placeable = (id) => {
+          if (!shown.has(id)) {
+            shown.set(id, false);  // span ids that form a loop
+            const parent = parents.get(id);
+            const withIt = parent && flushed.has(parent) && added.has(parent);
+            shown.set(id, withIt ? placeable(parent) : takesNew(parent));
+          }
+          return shown.get(id);
+        };
+        const ask = new Set();
         ids.forEach((id) => {
-          if (added.has(id)) ancestorsInDom(parents.get(id)).forEach((up) => ask.add(up));
+          if (!added.has(id)) {
+            if (rowOf(id)) ask.add(id);
+            return;
+          }
+          ancestorsInDom(parents.get(id)).forEach((up) => ask.add(up));
+          if (placeable(id)) ask.add(id);
         });
-        const url = base + "rows/?ids=" + Array.from(ask).join(",");
-        return fetch(url, { credentials: "same-origin" });
+        ids.forEach((id) => {
+          if (added.has(id) && !ask.has(id)) {
+            added.delete(id);
+            parents.delete(id);
+          }
+        });
+        if (!ask.size) return [];
+        // A burst announces hundreds of steps at once: asked for in parts, placed together.
+        const all = Array.from(ask);
+        const parts = [];
+        for (let i = 0; i < all.length; i += ROWS_PER_REQUEST) {
+          const url = base + "rows/?ids=" + all.slice(i, i + ROWS_PER_REQUEST).join(",");
+          parts.push(fetch(url, { credentials: "same-origin" }).then((r) => {
+            if (!r.ok) throw new Error(r.statusText);
+            return r.text();
+          }));
+        }
+        return Promise.all(parts);
       })
-      .then((r) => {
-        if (!r.ok) throw new Error(r.statusText);
-        return r.text();
-      })
-      .then((html) => {
+      .then((answers) => {
         const box = document.createElement("div");
-        box.innerHTML = html;
-        const templates = Array.from(box.querySelectorAll("template"));
+        box.innerHTML = answers.join("");
+        const templates = Array.from(box.querySelectorAll("template"))
+          .sort((a, b) => Number(a.dataset.seq) - Number(b.dataset.seq));
         // Children announced with their parent in this flush, by parent: a new parent with
         // more children than that had some before it (OTLP spans come children first).
         const arriving = {};
@@ -297,6 +334,7 @@
         });
         templates.forEach((t) => place(t, arriving));
         htmx.process(tree());
+        return reloadStale();  // before the next flush places its rows
       })
       // Not answered (the server restarting, say): asked again a little later.
       .catch(() => setTimeout(() => ids.forEach(queue), 1000));
@@ -323,10 +361,40 @@
     return true;
   }
 
+  // Whether a new step under parentId (none: the top level) could be placed: its list is shown
+  // with no later window waiting, or its parent has none yet (the parent's row comes with the
+  // flush, opened when it is near the top).
+  function takesNew(parentId) {
+    if (!parentId) return !tree().querySelector("ul.tree > li.more:not(.prev)");
+    const parent = rowOf(parentId);
+    if (!parent) return false;
+    const list = parent.querySelector(":scope > ul.children");
+    return !list || (list.dataset.loaded && !list.querySelector(":scope > li.more:not(.prev)"));
+  }
+
+  // Load again the lists that rows left while some of their windows were not loaded (stale):
+  // the top level as a reload shows it (with the selected step's path open), a step's children
+  // from their first window.
+  function reloadStale() {
+    const lists = Array.from(stale).filter((ul) => ul.isConnected);
+    stale.clear();
+    const top = lists.find((ul) => ul.matches("ul.tree"));
+    if (top) {  // the whole tree, the other lists with it
+      const current = selected();
+      return load(base + (current ? "?step=" + current.dataset.id : ""), "#tree", "outerHTML");
+    }
+    return Promise.all(lists.map((ul) => {
+      const toggle = ul.closest("li.node").querySelector(":scope > .row .tog");
+      return toggle ? load(toggle.dataset.children, ul, "innerHTML") : null;
+    }));
+  }
+
   function place(template, arriving) {
     const fresh = template.content.querySelector("li.node");
     const moved = rowOf(template.dataset.id);
     if (moved && (moved.dataset.parent || "") !== (template.dataset.parent || "")) {
+      const left = moved.parentElement;
+      if (left.querySelector(":scope > li.more")) stale.add(left);
       relocate(moved, template.dataset.parent);
     }
     const existing = rowOf(template.dataset.id);

@@ -209,3 +209,68 @@ def test_a_quiet_trace_says_so_until_a_span_arrives(page, login, app_server) -> 
     send(app_server, token, rest)
     page.locator("#trace-quiet").wait_for(state="detached")
     page.wait_for_function("document.querySelectorAll('#tree li.node').length === 3")
+
+
+def many_tools(tracer: Any) -> None:
+    """An agent over 30 sub-agents of 4 tool calls each: every span but the root's ends
+    before it, so sent as they end they wait at the top level, more than a window of them."""
+    with tracer.start_as_current_span("agent", attributes={"openinference.span.kind": "AGENT"}):
+        for task in range(30):
+            with tracer.start_as_current_span(
+                f"task {task}", attributes={"openinference.span.kind": "CHAIN"}
+            ):
+                for call in range(4):
+                    with tracer.start_as_current_span(
+                        f"tool {task}.{call}", attributes={"openinference.span.kind": "TOOL"}
+                    ):
+                        pass
+
+
+def test_a_burst_moving_more_than_a_window_ends_as_the_tree_a_reload_shows(
+    page, login, screenshot, app_server
+) -> None:
+    """The page opens while 60 spans wait at the top level (a window of 50 and "show 10
+    more"). 60 more come that it cannot show (they would follow the window's link): it does
+    not ask for them. Then their parents, the root last: rows move away from under the
+    link, the top level is loaded again, and the page ends with the one tree (it ended with
+    a stale "show more" and nothing above it)."""
+    user = login("ada")
+    _, token = api_token_create(user=user, name="otel")
+    spans = sdk_spans(many_tools)
+    tools = [s for s in spans if s.name.startswith("tool")]
+    parents = [s for s in spans if not s.name.startswith("tool")]
+    assert (len(tools), len(parents)) == (120, 31)
+    send(app_server, token, tools[:60])
+
+    page.goto(f"/traces/{trace_id(spans)}/")
+    page.locator("#live-state").filter(has_text="live").wait_for()
+    top = page.locator("#tree > ul.tree > li.node")
+    assert top.count() == 50
+    assert page.locator("#tree > ul.tree > li.more").inner_text() == "show 10 more"
+
+    send(app_server, token, tools[60:])
+    page.locator('[data-total="total_steps"]').filter(has_text="120").wait_for()
+    page.wait_for_timeout(500)  # a flush's time and more
+    asked = page.evaluate(
+        """performance.getEntriesByType("resource")
+            .filter((e) => e.name.includes("/rows/?ids="))
+            .reduce((n, e) => n + new URL(e.name).searchParams.get("ids").split(",").length, 0)"""
+    )
+    assert asked == 0
+    assert top.count() == 50
+
+    for part in range(0, len(parents), 10):
+        send(app_server, token, parents[part : part + 10])
+    page.locator("#trace-status").filter(has_text="completed").wait_for()
+    page.wait_for_function("document.querySelectorAll('#tree > ul.tree > li.node').length === 1")
+    assert page.locator("#tree > ul.tree > li.more").count() == 0
+    agent = top.first
+    assert agent.locator(":scope > .row .name").inner_text() == "agent"
+    tasks = agent.locator(":scope > ul.children > li.node")
+    tasks.nth(29).wait_for()
+    assert tasks.count() == 30
+    assert tasks.first.locator(":scope > .row .name").inner_text() == "task 0"
+    screenshot("burst")
+    page.reload()
+    assert page.locator("#tree > ul.tree > li.node").count() == 1
+    assert page.locator("#tree > ul.tree > li.node > ul.children > li.node").count() == 30
