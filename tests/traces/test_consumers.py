@@ -19,8 +19,9 @@ from devassist.tokens import api_token_create
 from tests.conftest import use_redis
 from tests.servers import daphne_server
 from tests.traces.factories import step
+from traces.models import Trace
 from traces.selectors import trace_events_after
-from traces.store import OrmTraceStore, get_trace_store, group_name
+from traces.store import OrmTraceStore, StepCreate, get_trace_store, group_name
 
 
 def orm_store() -> OrmTraceStore:
@@ -51,6 +52,21 @@ async def connected(communicator: WebsocketCommunicator) -> dict[str, Any]:
     hello = await communicator.receive_json_from()
     assert hello["event"] == "connected"
     return hello
+
+
+async def live_watch(
+    store: OrmTraceStore, user: Any, task: str
+) -> tuple[Trace, WebsocketCommunicator, StepCreate]:
+    """A trace with a root step, and a watcher of it that heard the root's step_added: it is
+    past its first read of the log, following the broadcasts."""
+    trace = await store.create_trace(user=user, task=task)
+    communicator = watch(trace.id, await token_for(user))
+    await connected(communicator)
+    root = step("goal")
+    await store.add_step(trace.id, root)
+    heard = await communicator.receive_json_from(timeout=10)
+    assert (heard["event"], heard["seq"]) == ("step_added", 1)
+    return trace, communicator, root
 
 
 async def expect_close(communicator: WebsocketCommunicator, code: int) -> None:
@@ -119,12 +135,7 @@ async def test_a_write_of_many_steps_is_one_broadcast_that_watchers_hear_whole(l
     as one message (one per event made the batch's request wait for every one of them), and
     each watcher gets every step_added from it, in order, without reading the log."""
     store = orm_store()
-    trace = await store.create_trace(user=user, task="burst")
-    communicator = watch(trace.id, await token_for(user))
-    await connected(communicator)
-    root = step("goal")
-    await store.add_step(trace.id, root)
-    assert (await communicator.receive_json_from(timeout=10))["seq"] == 1  # it is live
+    trace, communicator, root = await live_watch(store, user, "burst")
     sent: list[dict[str, Any]] = []
     reads: list[int] = []
     real_send = get_channel_layer().group_send
@@ -204,13 +215,7 @@ async def test_steps_whose_broadcast_was_lost_arrive_after_a_quiet_period(layer,
     been quiet for a heartbeat, and each step comes as its step_added."""
     settings.SSE_HEARTBEAT_S = 1.0
     store = orm_store()
-    trace = await store.create_trace(user=user, task="quiet")
-    communicator = watch(trace.id, await token_for(user))
-    await connected(communicator)
-    root = step("goal")
-    await store.add_step(trace.id, root)
-    heard = await communicator.receive_json_from(timeout=10)  # the follower is live
-    assert (heard["event"], heard["seq"]) == ("step_added", 1)
+    trace, communicator, root = await live_watch(store, user, "quiet")
 
     async def lost(group: str, message: dict[str, Any]) -> None:
         pass
