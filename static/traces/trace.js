@@ -280,18 +280,19 @@
       .then(() => {
         // Only the rows the page can show: the steps it shows (and their ancestors, whose
         // counts change), and new steps that place() would put in a list. The others load
-        // when their list is opened or its next window asked for (in a burst of spans, nearly
-        // all of them: asking for every one slowed the server down for everyone).
+        // when their list is opened or its next window asked for. In a burst of spans that is
+        // nearly all of them: asking for every one took 402 requests during one 10,000-span
+        // burst, 3 now (benchmarks/README.md, "2026-12-05 15:12").
         const flushed = new Set(ids);
-        const shown = new Map();  // new step of this flush -> whether it can be placed
-        const placeable = (id) => {
-          if (!shown.has(id)) {
-            shown.set(id, false);  // span ids that form a loop
+        const placeable = new Map();  // new step of this flush -> whether place() can put it
+        const canPlace = (id) => {
+          if (!placeable.has(id)) {
+            placeable.set(id, false);  // span ids that form a loop
             const parent = parents.get(id);
             const withIt = parent && flushed.has(parent) && added.has(parent);
-            shown.set(id, withIt ? placeable(parent) : takesNew(parent));
+            placeable.set(id, withIt ? canPlace(parent) : takesNew(parent));
           }
-          return shown.get(id);
+          return placeable.get(id);
         };
         const ask = new Set();
         ids.forEach((id) => {
@@ -300,10 +301,9 @@
             return;
           }
           ancestorsInDom(parents.get(id)).forEach((up) => ask.add(up));
-          if (placeable(id)) ask.add(id);
-        });
-        ids.forEach((id) => {
-          if (added.has(id) && !ask.has(id)) {
+          if (canPlace(id)) {
+            ask.add(id);
+          } else {  // its list loads it when opened
             added.delete(id);
             parents.delete(id);
           }
