@@ -506,6 +506,32 @@ def prepare_user() -> str:
     return token
 
 
+def prepare_devassist(var_dir: str, *, redis: bool) -> tuple[str, dict[str, str]]:
+    """Create and migrate the benchmark database (``configure_environment`` chose it), and
+    return the benchmark user's new API token and the environment of a DevAssist server on
+    it (on the Redis channel layer with ``redis``)."""
+    ensure_database(os.environ["DATABASE_URL"])
+    import django
+    from django.core.management import call_command
+    from django.db import connection
+
+    django.setup()
+    call_command("migrate", verbosity=0)
+    token = prepare_user()
+    connection.close()
+    env = {
+        "DATABASE_URL": os.environ["DATABASE_URL"],
+        "DEVASSIST_VAR_DIR": var_dir,
+        "SANDBOX_WARM_ON_START": "0",
+        "SANDBOX_POOL_SIZE": "0",
+        "LOG_LEVEL": "WARNING",
+        "SECRET_KEY": "otlp-benchmark",
+    }
+    if redis:
+        env |= {"REDIS_URL": os.environ["REDIS_URL"], "CHANNELS_PREFIX": "devassist-bench"}
+    return token, env
+
+
 @contextlib.contextmanager
 def phoenix_server(python: Path) -> Iterator[str]:
     """``phoenix serve`` on free loopback ports with a working directory of its own."""
@@ -628,28 +654,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if depth_of(plan) < MIN_DEPTH:
         raise SystemExit(f"the trace is not {MIN_DEPTH} deep: try another --seed")
     try:
-        ensure_database(os.environ["DATABASE_URL"])
-        import django
-        from django.core.management import call_command
-        from django.db import connection
-
-        django.setup()
-        call_command("migrate", verbosity=0)
-        token = prepare_user()
-        connection.close()
+        token, env = prepare_devassist(var_dir, redis=args.redis)
 
         from tests.servers import daphne_server, otlp_grpc_process
 
-        env = {
-            "DATABASE_URL": os.environ["DATABASE_URL"],
-            "DEVASSIST_VAR_DIR": var_dir,
-            "SANDBOX_WARM_ON_START": "0",
-            "SANDBOX_POOL_SIZE": "0",
-            "LOG_LEVEL": "WARNING",
-            "SECRET_KEY": "otlp-benchmark",
-        }
-        if args.redis:
-            env |= {"REDIS_URL": os.environ["REDIS_URL"], "CHANNELS_PREFIX": "devassist-bench"}
         results: dict[str, dict[str, float]] = {}
         with daphne_server(env, timeout_s=60) as base_url:
             headers = {"Authorization": f"Bearer {token}"}

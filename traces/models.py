@@ -15,6 +15,7 @@ from decimal import Decimal
 from django.conf import settings
 from django.db import models
 from django.db.models import Value
+from django.utils import timezone
 
 from devassist.storable import StorableJSONField
 
@@ -97,7 +98,10 @@ class Trace(models.Model):
     last_seq = models.PositiveBigIntegerField(
         default=0, help_text="Sequence number of the newest event in this trace's event log."
     )
-    created_at = models.DateTimeField(auto_now_add=True)
+    #: Set as the instance is made, not as it is inserted: a trace opened together with
+    #: others (``OrmTraceStore.open_traces_sync``) is built whole, its events too, before
+    #: the one insert.
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
     completed_at = models.DateTimeField(null=True, blank=True)
     metadata = models.JSONField(default=dict, blank=True)
 

@@ -8,6 +8,7 @@ decides which of them a request's spans may go into.
 from __future__ import annotations
 
 import functools
+import itertools
 import uuid
 from collections import defaultdict
 from collections.abc import Sequence
@@ -17,7 +18,7 @@ from http import HTTPStatus
 from typing import Any
 
 import structlog
-from django.db import DataError, transaction
+from django.db import DataError, IntegrityError, transaction
 from django.db.models import Q
 
 from devassist.exceptions import DomainError
@@ -36,7 +37,7 @@ from traces.otlp import (
     task_of,
 )
 from traces.otlp_logs import LogBatch, request_log_records, with_log_events
-from traces.store import StepCreate, get_trace_store
+from traces.store import NewTrace, StepCreate, get_trace_store
 
 logger = structlog.get_logger(__name__)
 
@@ -125,47 +126,93 @@ def otlp_export_ingest(*, user: Any, request: Any, signal: Signal) -> IngestOutc
 
 
 def otlp_spans_ingest(*, user: Any, batch: SpanBatch) -> IngestOutcome:
-    """Store ``batch`` (a request's spans, decoded by ``traces.otlp``) for ``user``: each
-    trace's spans in one store write (one ``bulk_create`` of its steps), a trace that does not
-    exist yet opened as ``user``'s, a trace whose root span came completed with it (and
-    named after the root's input and service). Log records that came before their span
-    (``PendingLogEvents``) join its step as it is stored.
+    """Store ``batch`` (a request's spans, decoded by ``traces.otlp``) for ``user``: the
+    traces that are new opened together as ``user``'s (``open_traces_sync``: one insert per
+    table, however many), the spans of each trace that exists in one store write of its own;
+    a trace whose root span came completed with them (and named after the root's input and
+    service). Log records that came before their span (``PendingLogEvents``) join its step
+    as it is stored.
 
-    All in one transaction, the traces locked in id order (two requests never wait on each
-    other in a circle). A trace the store refuses (another user's, one not recorded over
-    OTLP, a cost past the limit) has all its spans rejected and nothing written, the other
-    traces are stored; anything else raises and nothing is stored. The refused spans are
-    counted in ``batch`` (``SpanBatch.reject``)."""
-    store = get_trace_store()
-    check = functools.partial(_owned_otlp_trace, user=user)
+    All in one transaction, the traces locked or opened in id order (two requests never wait
+    on each other in a circle). A trace the store refuses (another user's, one not recorded
+    over OTLP, a cost past the limit) has all its spans rejected and nothing written, the
+    other traces are stored; anything else raises and nothing is stored. The refused spans
+    are counted in ``batch`` (``SpanBatch.reject``)."""
     foreign = 0
     with transaction.atomic():
-        for trace_id in sorted(batch.traces):
-            spans = batch.traces[trace_id]
-            task = _task_from_waiting_input(spans) or _task_from_first_question(spans) or spans.task
-            new_trace = _new_otlp_trace(
-                trace_id,
+        stored = set(Trace.objects.filter(pk__in=list(batch.traces)).values_list("pk", flat=True))
+        # Runs of new and of stored traces, in id order.
+        for new, run in itertools.groupby(sorted(batch.traces), key=lambda t: t not in stored):
+            spans = [batch.traces[trace_id] for trace_id in run]
+            foreign += _open_spans(user, batch, spans) if new else _add_spans(user, batch, spans)
+    return _ingested(batch, foreign, "span")
+
+
+def _open_spans(user: Any, batch: SpanBatch, traces: list[TraceSpans]) -> int:
+    """Open the new ``traces`` together; one by one (``_add_spans``) when one of them was
+    opened in the meantime (by a request of the same trace's spans or log records). Returns
+    how many spans were refused as someone else's."""
+    opening = [
+        NewTrace(
+            trace=_new_otlp_trace(
+                spans.trace_id,
                 user=user,
                 service=spans.root_service or spans.service,
                 resource=spans.resource,
-                task=task or "",
+                # Nothing of a new trace is stored, and no log record waits for it (they
+                # open their trace too).
+                task=_task_from_first_question(spans, stored=False) or spans.task or "",
+            ),
+            steps=spans.steps,
+            complete=spans.complete,
+            total_duration_ms=spans.duration_ms,
+        )
+        for spans in traces
+    ]
+    try:
+        refused = get_trace_store().open_traces_sync(opening)
+    except IntegrityError:
+        return _add_spans(user, batch, traces)
+    return sum(
+        _refused(batch, exc, otel_trace_id=trace_id.hex, count=len(batch.traces[trace_id].steps))
+        for trace_id, exc in refused.items()
+    )
+
+
+def _add_spans(user: Any, batch: SpanBatch, traces: list[TraceSpans]) -> int:
+    """Add the spans of ``traces`` to them one trace at a time, each locked (or opened, when
+    it is not stored) and checked to be ``user``'s. Returns how many spans were refused as
+    someone else's."""
+    store = get_trace_store()
+    check = functools.partial(_owned_otlp_trace, user=user)
+    foreign = 0
+    for spans in traces:
+        task = _task_from_waiting_input(spans) or _task_from_first_question(spans) or spans.task
+        new_trace = _new_otlp_trace(
+            spans.trace_id,
+            user=user,
+            service=spans.root_service or spans.service,
+            resource=spans.resource,
+            task=task or "",
+        )
+        try:
+            store.open_or_add_sync(
+                new_trace,
+                spans.steps,
+                check=check,
+                # Read under the trace's lock: a request of log records for the trace has
+                # committed them, or waits.
+                prepare=functools.partial(_with_waiting_log_events, spans.trace_id),
+                complete=spans.complete,
+                total_duration_ms=spans.duration_ms,
+                task=task,
+                agent_type=spans.root_service,
             )
-            try:
-                store.open_or_add_sync(
-                    new_trace,
-                    spans.steps,
-                    check=check,
-                    # Read under the trace's lock: a request of log records for the trace
-                    # has committed them, or waits.
-                    prepare=functools.partial(_with_waiting_log_events, trace_id),
-                    complete=spans.complete,
-                    total_duration_ms=spans.duration_ms,
-                    task=task,
-                    agent_type=spans.root_service,
-                )
-            except DomainError as exc:
-                foreign += _refused(batch, exc, otel_trace_id=trace_id.hex, count=len(spans.steps))
-    return _ingested(batch, foreign, "span")
+        except DomainError as exc:
+            foreign += _refused(
+                batch, exc, otel_trace_id=spans.otel_trace_id, count=len(spans.steps)
+            )
+    return foreign
 
 
 def _refused(batch: Refusals, exc: DomainError, *, otel_trace_id: str, count: int) -> int:
@@ -197,11 +244,12 @@ def _task_from_waiting_input(spans: TraceSpans) -> str | None:
 QUESTION_CANDIDATES = 20
 
 
-def _task_from_first_question(spans: TraceSpans) -> str | None:
+def _task_from_first_question(spans: TraceSpans, *, stored: bool = True) -> str | None:
     """The task of a trace whose root span came without an input (an OpenAI Agents SDK
     workflow's, a plain span around an agent): what its first model call was asked (the
     last user message of the earliest model call whose input is a conversation, in this
-    batch or stored before it); None when none was. One query, for such a root only."""
+    batch or, when the trace is ``stored``, stored before it); None when none was. One
+    query, for such a root of a stored trace only."""
     if spans.unnamed_root is None:
         return None
     calls = [
@@ -209,13 +257,13 @@ def _task_from_first_question(spans: TraceSpans) -> str | None:
         for step in spans.steps
         if step.step_type == StepType.THOUGHT and isinstance(step.data, dict)
     ]
-    stored = (
-        Step.objects.filter(trace_id=spans.trace_id, step_type=StepType.THOUGHT)
-        .filter(Q(data__has_key="input") | Q(data__has_key="input_messages"))
-        .order_by("started_at")
-        .values_list("started_at", "data__input", "data__input_messages")
-    )
-    calls += list(stored[:QUESTION_CANDIDATES])
+    if stored:
+        calls += list(
+            Step.objects.filter(trace_id=spans.trace_id, step_type=StepType.THOUGHT)
+            .filter(Q(data__has_key="input") | Q(data__has_key="input_messages"))
+            .order_by("started_at")
+            .values_list("started_at", "data__input", "data__input_messages")[:QUESTION_CANDIDATES]
+        )
     calls.sort(key=lambda call: (call[0] is None, call[0] or datetime.min.replace(tzinfo=UTC)))
     # The messages flattened beside the request (OpenInference's) or the input itself.
     asked = (asked_in(messages) or asked_in(given) for _, given, messages in calls)

@@ -32,6 +32,7 @@ from django.db.models import Case, F, Q, UUIDField, Value, When
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
+from devassist.exceptions import DomainError
 from devassist.follow import broadcast_on_commit
 from devassist.storable import make_storable
 from traces.exceptions import (
@@ -126,6 +127,17 @@ _NOT_NULL_STEP_FIELDS = frozenset({"status", "tokens", "cost", "data"})
 
 
 @dataclass(frozen=True)
+class NewTrace:
+    """A trace to open with its first steps (``open_traces_sync``): an unsaved instance, its
+    steps, and a final status when they end it."""
+
+    trace: Trace
+    steps: Sequence[StepCreate]
+    complete: str | None = None
+    total_duration_ms: int | None = None
+
+
+@dataclass(frozen=True)
 class AddedSteps:
     """The batch's steps in batch order (stored ones for re-sent ids) and how many are new."""
 
@@ -169,6 +181,8 @@ class TraceStore(Protocol):
         task: str | None = None,
         agent_type: str | None = None,
     ) -> AddedSteps: ...
+
+    def open_traces_sync(self, traces: Sequence[NewTrace]) -> dict[uuid.UUID, DomainError]: ...
 
     def complete_trace_sync(
         self,
@@ -355,8 +369,11 @@ class _Write:
     Storing a copy doubled the rows a batch writes: ``benchmarks/otlp_ingest.py``'s 10,000
     spans took 8.2-9.4 s to store in-process with it, 5.1-5.9 s without)."""
 
-    def __init__(self, trace: Trace) -> None:
+    def __init__(self, trace: Trace, *, opens: bool = False) -> None:
         self.trace = trace
+        #: The write opens the trace, and its step ids are its own (derived from the trace's
+        #: id): nothing stored can have them, so ``add`` looks nothing up.
+        self.opens = opens
         self.publish = trace.is_running
         #: Stored steps have seqs up to this one; the write's new steps come after it.
         self._stored_up_to = trace.last_seq
@@ -382,7 +399,7 @@ class _Write:
         if len(ids) != len(set(ids)):
             raise InvalidStep("A step id appears twice in the batch.")
         outside = {item.parent_id for item in items if item.parent_id} - set(ids)
-        found, waiting = self._look_up(items, {*ids, *outside})
+        found, waiting = ({}, []) if self.opens else self._look_up(items, {*ids, *outside})
         foreign = [str(i) for i in ids if i in found and found[i].trace_id != self.trace.id]
         if foreign:
             raise StepIdConflict(
@@ -703,17 +720,17 @@ class _Write:
     # -- storing --
 
     def save(self, *, new_trace: bool = False) -> None:
-        """Store the write, with the trace's row (inserted for a ``new_trace``; nothing is
-        written when nothing changed) and broadcast its events once the transaction
-        commits."""
+        """Store the write, with the trace's row (inserted for a ``new_trace``: see
+        ``_save_opening``; nothing is written when nothing changed) and broadcast its events
+        once the transaction commits."""
         _check_total_cost(self.trace)
         if new_trace:
             make_storable(self.trace)
-            self.trace.save(force_insert=True)
-        elif not self.events and not self.new_steps and not self.changed:
+            _save_opening([self])
             return
-        else:
-            self.trace.save(update_fields=[*_TRACE_FIELDS, *sorted(self.extra_trace_fields)])
+        if not self.events and not self.new_steps and not self.changed:
+            return
+        self.trace.save(update_fields=[*_TRACE_FIELDS, *sorted(self.extra_trace_fields)])
         self._save_rollups()
         Step.objects.bulk_create(self.new_steps.values())
         self._save_moves()
@@ -797,6 +814,21 @@ class _Write:
                 subtree_cost=F("subtree_cost") + cost,
                 children_count=F("children_count") + children,
             )
+
+
+def _save_opening(writes: Sequence[_Write]) -> None:
+    """Store writes that open their traces (new instances, made storable: no stored step of
+    theirs, so no rollups, moves or changes of stored steps to write), one insert per table
+    for all of them.
+
+    Nothing is broadcast: a trace has watchers only once it is stored, and a watch starts
+    after the trace's last seq as it reads it (``traces.consumers``), so the events of the
+    write that opens it are nobody's to hear. On Redis, broadcasting them cost a round trip
+    per trace: 0.4 ms each of a service's small traces (benchmarks/README.md,
+    "2026-12-05 17:30")."""
+    Trace.objects.bulk_create([write.trace for write in writes])
+    Step.objects.bulk_create([step for write in writes for step in write.new_steps.values()])
+    TraceEvent.objects.bulk_create([event for write in writes for event in write.events])
 
 
 # --- the ORM store ------------------------------------------------------------------------------
@@ -944,6 +976,49 @@ class OrmTraceStore:
         if complete is not None and running:
             logger.info("trace_completed", trace_id=str(trace.id), status=complete)
         return AddedSteps(steps=batch, created=len(write.new_steps))
+
+    def open_traces_sync(self, traces: Sequence[NewTrace]) -> dict[uuid.UUID, DomainError]:
+        """Open ``traces`` (new instances, each with its first steps, whose ids are derived
+        from the trace's own: OTLP's), in the caller's transaction: one insert per table for
+        all of them. For the many small traces of one request: a service's OTel SDK sends
+        each of its requests as a trace, and opening them one by one (``open_or_add_sync``)
+        took a dozen queries each (benchmarks/README.md, "2026-12-05 17:30").
+
+        A trace whose write is refused (``InvalidStep``, ``InvalidParent``,
+        ``CostOutOfRange``, ``InvalidInput`` for a status that is not final) is left out and
+        its error returned by its id; the others are stored. Raises ``IntegrityError`` when
+        one of them is stored by now (another request opened it in the meantime), and then
+        none of them is: the caller's transaction stays usable (a savepoint)."""
+        refused: dict[uuid.UUID, DomainError] = {}
+        writes: list[_Write] = []
+        for new in traces:
+            try:
+                if new.complete is not None:
+                    _check_final(new.complete)
+                make_storable(new.trace)  # before its trace_completed event is made from it
+                write = _Write(new.trace, opens=True)
+                write.add(new.steps)
+                if new.complete is not None:
+                    write.complete(new.complete, new.total_duration_ms)
+                _check_total_cost(new.trace)
+            except DomainError as exc:
+                refused[new.trace.id] = exc
+                continue
+            writes.append(write)
+        with transaction.atomic():
+            _save_opening(writes)
+        for write in writes:
+            trace = write.trace
+            logger.info(
+                "trace_created",
+                trace_id=str(trace.id),
+                mode=trace.mode,
+                agent_type=trace.agent_type,
+            )
+            logger.info("steps_added", trace_id=str(trace.id), count=len(write.new_steps))
+            if not trace.is_running:
+                logger.info("trace_completed", trace_id=str(trace.id), status=trace.status)
+        return refused
 
     def _insert_or_lock(self, trace: Trace) -> Trace:
         """Store ``trace`` (it did not exist a moment ago) and return it, or lock and return

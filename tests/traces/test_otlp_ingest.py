@@ -1067,6 +1067,121 @@ async def test_a_trace_the_store_refuses_is_stored_not_at_all(user):
     assert await nothing_stored()
 
 
+def service_requests(tracer: otel_trace.Tracer, *, count: int, costly: int | None = None) -> None:
+    """A plain OTel-instrumented service: each of its ``count`` requests a trace of its own, a
+    server span over a model call and a database call that fails; request ``costly`` costs
+    more than a trace may hold (its two spans' costs together)."""
+    for index in range(count):
+        cost = 6e11 if index == costly else 0.001
+        with tracer.start_as_current_span(
+            f"POST /ask/{index}",
+            kind=SpanKind.SERVER,
+            attributes={"gen_ai.usage.cost": cost} if index == costly else {},
+        ):
+            with tracer.start_as_current_span(
+                "chat",
+                attributes={"gen_ai.operation.name": "chat", "gen_ai.usage.cost": cost},
+            ):
+                pass
+            with tracer.start_as_current_span("SELECT answers") as query:
+                query.set_status(Status(StatusCode.ERROR, "relation does not exist"))
+
+
+async def test_a_request_of_many_new_traces_stores_each_whole_and_refuses_one_alone(user):
+    """20 new traces in one request (opened together): each stored with its tree, totals
+    and end; the one whose cost passes the limit refused whole, as partial success."""
+    spans = sdk_spans(lambda tracer: service_requests(tracer, count=20, costly=7))
+    response = await post_otlp(protobuf_body(spans), token=await token_for(user))
+    assert response.status_code == HTTPStatus.OK
+    rejected, message = partial_success(response)
+    assert rejected == 3
+    assert "cost" in message
+    traces = [trace async for trace in Trace.objects.filter(user=user).order_by("task")]
+    assert len(traces) == 19
+    assert "POST /ask/7" not in {trace.task for trace in traces}
+    for trace in traces:
+        assert (trace.status, trace.total_steps, trace.root_count, trace.error_count) == (
+            TraceStatus.COMPLETED,
+            3,
+            1,
+            1,
+        )
+        assert trace.total_cost == Decimal("0.00100000")
+        assert trace.completed_at is not None
+        (root,) = await sync_to_async(trace_tree)(trace=trace)
+        assert root["name"] == trace.task
+        assert sorted(child["name"] for child in root["children"]) == ["SELECT answers", "chat"]
+        # Its end is in its log, for a watcher that comes later.
+        events = [e async for e in trace.events.values_list("event", flat=True)]
+        assert events == ["trace_completed"]
+
+
+def test_two_requests_opening_one_trace_at_once_store_all_its_spans(user):
+    """Two requests with spans of a trace that is not stored: the second finds no trace,
+    then waits to open it behind the first, which has opened it meanwhile; it adds its spans
+    to that trace instead, and neither request loses any."""
+    import threading
+
+    from django.db import connection, transaction
+
+    from traces.otlp import Limits, request_spans
+    from traces.services import otlp_spans_ingest
+
+    spans = sdk_spans(openinference_agent)
+    first, second = spans[:2], spans[2:]
+    opened = threading.Event()
+    outcomes: dict[str, Any] = {}
+
+    def ingest(name: str, part: list[Any]) -> None:
+        batch = request_spans(export_request(part), limits=Limits.current())
+        outcomes[name] = otlp_spans_ingest(user=user, batch=batch)
+
+    def lock_waits() -> int:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity "
+                "WHERE wait_event_type = 'Lock' AND datname = current_database()"
+            )
+            return cursor.fetchone()[0]
+
+    def first_request() -> None:
+        try:
+            with transaction.atomic():  # holds the new trace's row until the second waits on it
+                ingest("first", first)
+                opened.set()
+                for _ in range(200):
+                    if lock_waits():
+                        break
+                    threading.Event().wait(0.05)
+                else:
+                    outcomes["error"] = "the second request never waited for the first"
+        finally:
+            connection.close()
+
+    def second_request() -> None:
+        try:
+            assert opened.wait(10)
+            ingest("second", second)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=first_request), threading.Thread(target=second_request)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert "error" not in outcomes
+    assert (outcomes["first"].accepted, outcomes["second"].accepted) == (2, len(spans) - 2)
+    assert (outcomes["first"].rejected, outcomes["second"].rejected) == (0, 0)
+    trace = Trace.objects.get()
+    assert (trace.total_steps, trace.root_count, trace.status) == (
+        len(spans),
+        1,
+        TraceStatus.COMPLETED,
+    )
+    assert trace.task == "What is 2+2?"
+
+
 async def test_get_is_405(user):
     async with httpx.AsyncClient(
         transport=httpx.ASGITransport(app=application), base_url="http://127.0.0.1"

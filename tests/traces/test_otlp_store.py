@@ -269,10 +269,11 @@ def test_a_batch_with_moves_costs_a_fixed_number_of_queries(user, django_assert_
 
 
 def test_an_otlp_request_costs_the_same_queries_whatever_its_size(user, django_assert_num_queries):
-    """A request's writes per trace: the lock, the log records waiting for its spans, the
-    look-up of re-sent and waiting steps, the trace row, the rollups, one insert of the
-    steps, one of the moved steps' events, one update for the moves (savepoints around each),
-    whatever the number of spans."""
+    """A request's writes, whatever the number of spans: which of its traces are stored;
+    for a new trace one insert of it and one of its steps (in a savepoint); for a stored one
+    the lock, the log records waiting for its spans, the look-up of re-sent and waiting
+    steps, the trace row, the rollups, one insert of the steps, one of the moved steps'
+    events, one update for the moves (savepoints around each)."""
     from tests.traces.otlp_clients import export_request, sdk_spans
     from traces.otlp import Limits, request_spans
     from traces.services import otlp_spans_ingest
@@ -295,8 +296,8 @@ def test_an_otlp_request_costs_the_same_queries_whatever_its_size(user, django_a
         spans = sdk_spans(functools.partial(wide, fanout=fanout))
         leaves = [s for s in spans if s.name.startswith("leaf")]
         parents = [s for s in spans if not s.name.startswith("leaf")]
-        # The leaves first (a new trace: its row is inserted in a savepoint of its own)...
-        with django_assert_num_queries(12):
+        # The leaves first (a new trace, opened in a savepoint)...
+        with django_assert_num_queries(7):
             outcome = otlp_spans_ingest(
                 user=user, batch=request_spans(export_request(leaves), limits=limits)
             )
@@ -304,7 +305,7 @@ def test_an_otlp_request_costs_the_same_queries_whatever_its_size(user, django_a
         # ...then their parents and the root (which has no input: the log records waiting
         # for it, then the trace's model calls, are looked for to name the trace): ten
         # groups adopt their leaves, the root them.
-        with django_assert_num_queries(13):
+        with django_assert_num_queries(14):
             outcome = otlp_spans_ingest(
                 user=user, batch=request_spans(export_request(parents), limits=limits)
             )
@@ -344,3 +345,30 @@ def test_a_trace_opened_meanwhile_by_someone_else_is_checked_too(user, other_use
         store.open_or_add_sync(mine, [span(uuid.uuid4(), None)], check=refuse)
     assert len(calls) == 2  # looked missing, then locked after the insert failed
     assert tree_state(theirs.id) == before
+
+
+def test_a_request_opens_any_number_of_new_traces_in_the_same_queries(
+    user, django_assert_num_queries
+):
+    """New traces, however many in a request, are opened together: which of them are stored,
+    then one insert of the traces, one of their steps and one of their ``trace_completed``
+    events (savepoints around them)."""
+    from tests.traces.otlp_clients import export_request, sdk_spans
+    from traces.otlp import Limits, request_spans
+    from traces.services import otlp_spans_ingest
+
+    def requests(tracer: Any, count: int) -> None:
+        for index in range(count):
+            with tracer.start_as_current_span(f"GET /items/{index}"):
+                tracer.start_span("SELECT items").end()
+
+    for count in (2, 40):
+        batch = request_spans(
+            export_request(sdk_spans(functools.partial(requests, count=count))),
+            limits=Limits.current(),
+        )
+        with django_assert_num_queries(8):
+            outcome = otlp_spans_ingest(user=user, batch=batch)
+        assert (outcome.accepted, outcome.rejected) == (2 * count, 0)
+    assert Trace.objects.filter(status=TraceStatus.COMPLETED, total_steps=2).count() == 42
+    assert TraceEvent.objects.filter(event="trace_completed").count() == 42
