@@ -81,9 +81,23 @@ class TimedExporter(SpanExporter):
         return self.exporter.force_flush(timeout_millis)
 
 
-def send(endpoint: str, headers: dict[str, str], *, requests: int, per: int, one: bool) -> Sent:
+def send(
+    endpoint: str,
+    headers: dict[str, str],
+    *,
+    requests: int,
+    per: int,
+    one: bool,
+    logs: bool = False,
+) -> Sent:
     """Emit ``requests`` requests of ``per`` spans each, as traces of their own or (``one``)
-    all under one root span, and flush them through the SDK to ``endpoint``."""
+    all under one root span, and flush them through the SDK to ``endpoint``; with ``logs``,
+    each model call's prompt and answer as GenAI log records too, flushed first (records are
+    emitted while their span runs, and so are sent before it)."""
+    from opentelemetry._logs import LogRecord
+    from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
+    from opentelemetry.sdk._logs import LoggerProvider
+    from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
@@ -102,6 +116,19 @@ def send(endpoint: str, headers: dict[str, str], *, requests: int, per: int, one
     )
     provider.add_span_processor(processor)
     tracer = provider.get_tracer("benchmark.service")
+    log_provider = LoggerProvider(
+        resource=Resource.create({"service.name": service}), shutdown_on_exit=False
+    )
+    log_processor = BatchLogRecordProcessor(
+        OTLPLogExporter(
+            endpoint=endpoint.replace("/v1/traces", "/v1/logs"), headers=headers, timeout=120
+        ),
+        max_queue_size=max(512, requests * 4),
+        max_export_batch_size=512,
+        export_timeout_millis=120_000,
+    )
+    log_provider.add_log_record_processor(log_processor)
+    logger = log_provider.get_logger("benchmark.service")
 
     def request(index: int) -> None:
         with tracer.start_as_current_span(
@@ -116,6 +143,12 @@ def send(endpoint: str, headers: dict[str, str], *, requests: int, per: int, one
                         span.set_attribute("gen_ai.operation.name", "chat")
                         span.set_attribute("gen_ai.usage.input_tokens", 120)
                         span.set_attribute("gen_ai.usage.output_tokens", 40)
+                        if logs:
+                            for event, body in (
+                                ("gen_ai.user.message", {"content": f"question {index}"}),
+                                ("gen_ai.choice", {"message": {"content": "an answer"}}),
+                            ):
+                                logger.emit(LogRecord(event_name=event, body=body))
                     elif index % 40 == 0:
                         span.set_status(Status(StatusCode.ERROR, "deadlock detected"))
 
@@ -127,18 +160,23 @@ def send(endpoint: str, headers: dict[str, str], *, requests: int, per: int, one
         for index in range(requests):
             request(index)
     flush_started = time.perf_counter()
+    if not log_processor.force_flush(timeout_millis=600_000):
+        raise RuntimeError("the flush of the log records did not finish")
     if not processor.force_flush(timeout_millis=600_000):
         raise RuntimeError("the flush did not finish")
     ingest_s = time.perf_counter() - flush_started
     provider.shutdown()
+    log_provider.shutdown()
 
-    from traces.models import Trace
+    from traces.models import PendingLogEvents, Trace
 
     traces = Trace.objects.filter(agent_type=service)
     stored = sum(traces.values_list("total_steps", flat=True))
     expected = requests * per + (1 if one else 0)
     if stored != expected:
         raise RuntimeError(f"{stored} spans stored, {expected} sent")
+    if logs and PendingLogEvents.objects.filter(trace__agent_type=service).exists():
+        raise RuntimeError("log records still wait for their spans")
     return Sent(ingest_s, max(exporter.batches), traces.count())
 
 
@@ -147,6 +185,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--requests", type=int, default=2000, help="the service's requests")
     parser.add_argument("--spans-per-request", type=int, default=5)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument(
+        "--logs",
+        action="store_true",
+        help="each model call's prompt and answer as GenAI log records too (sent first)",
+    )
     parser.add_argument(
         "--redis",
         action="store_true",
@@ -167,6 +210,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(
         f"{args.requests} requests of {per} spans ({args.requests * per} spans), on the "
         f"{'Redis' if args.redis else 'in-memory'} channel layer"
+        + (", each model call's prompt and answer as log records" if args.logs else "")
     )
     shapes = {"a trace per request": False, "one trace (baseline)": True}
     runs: dict[str, list[Sent]] = {name: [] for name in shapes}
@@ -178,11 +222,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         with daphne_server(env, timeout_s=60) as base_url:
             headers = {"Authorization": f"Bearer {token}"}
             endpoint = f"{base_url}/v1/traces"
-            send(endpoint, headers, requests=20, per=per, one=False)  # warm the server up
+            send(endpoint, headers, requests=20, per=per, one=False, logs=args.logs)  # warm up
             for _ in range(args.runs):
                 for name, one in shapes.items():
                     runs[name].append(
-                        send(endpoint, headers, requests=args.requests, per=per, one=one)
+                        send(
+                            endpoint,
+                            headers,
+                            requests=args.requests,
+                            per=per,
+                            one=one,
+                            logs=args.logs,
+                        )
                     )
     finally:
         shutil.rmtree(var_dir, ignore_errors=True)

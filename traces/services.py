@@ -11,11 +11,11 @@ import functools
 import itertools
 import uuid
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from http import HTTPStatus
-from typing import Any
+from typing import Any, TypeVar
 
 import structlog
 from django.db import DataError, IntegrityError, transaction
@@ -36,7 +36,7 @@ from traces.otlp import (
     request_spans,
     task_of,
 )
-from traces.otlp_logs import LogBatch, request_log_records, with_log_events
+from traces.otlp_logs import LogBatch, TraceLogs, request_log_records, with_log_events
 from traces.store import NewTrace, StepCreate, get_trace_store
 
 logger = structlog.get_logger(__name__)
@@ -133,19 +133,40 @@ def otlp_spans_ingest(*, user: Any, batch: SpanBatch) -> IngestOutcome:
     service). Log records that came before their span (``PendingLogEvents``) join its step
     as it is stored.
 
-    All in one transaction, the traces locked or opened in id order (two requests never wait
-    on each other in a circle). A trace the store refuses (another user's, one not recorded
-    over OTLP, a cost past the limit) has all its spans rejected and nothing written, the
-    other traces are stored; anything else raises and nothing is stored. The refused spans
-    are counted in ``batch`` (``SpanBatch.reject``)."""
-    foreign = 0
+    All in one transaction, the traces locked or opened in id order (``_in_runs``). A trace
+    the store refuses (another user's, one not recorded over OTLP, a cost past the limit)
+    has all its spans rejected and nothing written, the other traces are stored; anything
+    else raises and nothing is stored. The refused spans are counted in ``batch``
+    (``SpanBatch.reject``)."""
     with transaction.atomic():
-        stored = set(Trace.objects.filter(pk__in=list(batch.traces)).values_list("pk", flat=True))
-        # Runs of new and of stored traces, in id order.
-        for new, run in itertools.groupby(sorted(batch.traces), key=lambda t: t not in stored):
-            spans = [batch.traces[trace_id] for trace_id in run]
-            foreign += _open_spans(user, batch, spans) if new else _add_spans(user, batch, spans)
+        foreign = _in_runs(
+            batch.traces,
+            new=functools.partial(_open_spans, user, batch),
+            stored=functools.partial(_add_spans, user, batch),
+        )
     return _ingested(batch, foreign, "span")
+
+
+T = TypeVar("T")
+
+
+def _in_runs(
+    traces: Mapping[uuid.UUID, T],
+    *,
+    new: Callable[[list[T]], int],
+    stored: Callable[[list[T]], int],
+) -> int:
+    """Hand the items of ``traces`` (by trace id) in id order, in runs: the traces that are
+    not stored to ``new``, the others to ``stored``; the sum of what they return. Every
+    request takes its traces in the same order (locks them, or opens them), so no two wait on
+    each other in a circle. Which are stored is read unlocked: one opened after this is
+    found by the insert that opens it (``open_traces_sync``'s ``IntegrityError``)."""
+    found = set(Trace.objects.filter(pk__in=list(traces)).values_list("pk", flat=True))
+    total = 0
+    for is_new, run in itertools.groupby(sorted(traces), key=lambda t: t not in found):
+        items = [traces[trace_id] for trace_id in run]
+        total += new(items) if is_new else stored(items)
+    return total
 
 
 def _open_spans(user: Any, batch: SpanBatch, traces: list[TraceSpans]) -> int:
@@ -299,51 +320,94 @@ def otlp_logs_ingest(*, user: Any, batch: LogBatch) -> IngestOutcome:
     """Store ``batch`` (a request's log records, decoded by ``traces.otlp_logs``) for
     ``user``: each record joins the events of its span's step (``with_log_events``), in one
     store write per trace; the records of a span not stored yet wait for it
-    (``PendingLogEvents``). A trace that does not exist yet is opened as ``user``'s (its
-    spans fill it). One transaction, the traces locked in id order; a trace the store refuses
+    (``PendingLogEvents``). The traces that do not exist yet are opened together as
+    ``user``'s (their spans fill them), with their records waiting in one insert. One
+    transaction, the traces locked or opened in id order; a trace the store refuses
     (another user's, one not recorded over OTLP) has all its records rejected and nothing
     written, as ``otlp_spans_ingest`` does."""
+    with transaction.atomic():
+        foreign = _in_runs(
+            batch.traces,
+            new=functools.partial(_open_logs, user, batch),
+            stored=functools.partial(_add_logs, user, batch),
+        )
+    return _ingested(batch, foreign, "log record")
+
+
+def _open_logs(user: Any, batch: LogBatch, traces: list[TraceLogs]) -> int:
+    """Open the new ``traces`` together, every record of theirs waiting for its span; one by
+    one (``_add_logs``) when one of them was opened in the meantime. Returns how many records
+    were refused as someone else's (none: the traces are new)."""
+    opening = [
+        NewTrace(
+            trace=_new_otlp_trace(
+                logs.trace_id, user=user, service=logs.service, resource=logs.resource
+            ),
+            steps=[],
+        )
+        for logs in traces
+    ]
+    try:
+        refused = get_trace_store().open_traces_sync(opening)
+    except IntegrityError:
+        return _add_logs(user, batch, traces)
+    for trace_id, exc in refused.items():
+        _refused(batch, exc, otel_trace_id=trace_id.hex, count=batch.traces[trace_id].count)
+    PendingLogEvents.objects.bulk_create(
+        PendingLogEvents(
+            trace_id=logs.trace_id, step_id=step_id, span_id=logs.span_ids[step_id], events=events
+        )
+        for logs in traces
+        if logs.trace_id not in refused
+        for step_id, events in logs.events.items()
+    )
+    return 0
+
+
+def _add_logs(user: Any, batch: LogBatch, traces: list[TraceLogs]) -> int:
+    """Add the records of ``traces`` one trace at a time, each locked (or opened, when it is
+    not stored) and checked to be ``user``'s: to the steps of their spans that are stored,
+    waiting for the others. Returns how many records were refused as someone else's."""
     store = get_trace_store()
     check = functools.partial(_owned_otlp_trace, user=user)
     max_events = Limits.current().max_events
     foreign = 0
-    with transaction.atomic():
-        for trace_id in sorted(batch.traces):
-            logs = batch.traces[trace_id]
-            new_trace = _new_otlp_trace(
-                trace_id, user=user, service=logs.service, resource=logs.resource
-            )
-            try:
-                with transaction.atomic():
-                    # The trace locked (or opened) first: its steps are read, and the records
-                    # that wait are written, under its lock (``otlp_spans_ingest`` reads
-                    # them under it).
-                    store.open_or_add_sync(new_trace, [], check=check)
-                    stored = dict(
-                        Step.objects.filter(trace_id=trace_id, pk__in=list(logs.events))
-                        .order_by()
-                        .values_list("pk", "data")
-                    )
-                    if stored:
-                        updates = {
-                            step_id: {
-                                "data": with_log_events(
-                                    data, logs.events[step_id], max_events=max_events
-                                )
-                            }
-                            for step_id, data in stored.items()
+    for logs in traces:
+        trace_id = logs.trace_id
+        new_trace = _new_otlp_trace(
+            trace_id, user=user, service=logs.service, resource=logs.resource
+        )
+        try:
+            with transaction.atomic():
+                # The trace locked (or opened) first: its steps are read, and the records
+                # that wait are written, under its lock (``otlp_spans_ingest`` reads them
+                # under it).
+                store.open_or_add_sync(new_trace, [], check=check)
+                stored = dict(
+                    Step.objects.filter(trace_id=trace_id, pk__in=list(logs.events))
+                    .order_by()
+                    .values_list("pk", "data")
+                )
+                if stored:
+                    updates = {
+                        step_id: {
+                            "data": with_log_events(
+                                data, logs.events[step_id], max_events=max_events
+                            )
                         }
-                        store.open_or_add_sync(new_trace, [], updates=updates, check=check)
-                    PendingLogEvents.objects.bulk_create(
-                        PendingLogEvents(
-                            trace_id=trace_id,
-                            step_id=step_id,
-                            span_id=logs.span_ids[step_id],
-                            events=events,
-                        )
-                        for step_id, events in logs.events.items()
-                        if step_id not in stored
+                        for step_id, data in stored.items()
+                    }
+                    store.open_or_add_sync(new_trace, [], updates=updates, check=check)
+                PendingLogEvents.objects.bulk_create(
+                    PendingLogEvents(
+                        trace_id=trace_id,
+                        step_id=step_id,
+                        span_id=logs.span_ids[step_id],
+                        events=events,
                     )
-            except DomainError as exc:
-                foreign += _refused(batch, exc, otel_trace_id=trace_id.hex, count=logs.count)
-    return _ingested(batch, foreign, "log record")
+                    for step_id, events in logs.events.items()
+                    if step_id not in stored
+                )
+        except DomainError as exc:
+            foreign += _refused(batch, exc, otel_trace_id=trace_id.hex, count=logs.count)
+    return foreign

@@ -1015,7 +1015,8 @@ class OrmTraceStore:
                 mode=trace.mode,
                 agent_type=trace.agent_type,
             )
-            logger.info("steps_added", trace_id=str(trace.id), count=len(write.new_steps))
+            if write.new_steps:
+                logger.info("steps_added", trace_id=str(trace.id), count=len(write.new_steps))
             if not trace.is_running:
                 logger.info("trace_completed", trace_id=str(trace.id), status=trace.status)
         return refused

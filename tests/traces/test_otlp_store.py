@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from traces.exceptions import TraceNotFound
-from traces.models import Step, Trace, TraceEvent, TraceStatus
+from traces.models import PendingLogEvents, Step, Trace, TraceEvent, TraceStatus
 from traces.selectors import trace_tree
 from traces.store import OrmTraceStore, StepCreate
 
@@ -372,3 +372,35 @@ def test_a_request_opens_any_number_of_new_traces_in_the_same_queries(
         assert (outcome.accepted, outcome.rejected) == (2 * count, 0)
     assert Trace.objects.filter(status=TraceStatus.COMPLETED, total_steps=2).count() == 42
     assert TraceEvent.objects.filter(event="trace_completed").count() == 42
+
+
+def test_log_records_open_any_number_of_new_traces_in_the_same_queries(
+    user, django_assert_num_queries
+):
+    """Log records that come before their spans (as exporters send them) open their new
+    traces together, however many, and wait in one insert; the spans then find them."""
+    from tests.traces.otlp_clients import export_request, logs_request, sdk_spans_and_logs
+    from traces.otlp import Limits, request_spans
+    from traces.otlp_logs import request_log_records
+    from traces.services import otlp_logs_ingest, otlp_spans_ingest
+
+    def calls(tracer: Any, logger: Any, count: int) -> None:
+        from opentelemetry._logs import LogRecord
+
+        for index in range(count):
+            with tracer.start_as_current_span(f"chat {index}"):
+                logger.emit(LogRecord(body={"content": "hi"}, event_name="gen_ai.user.message"))
+
+    for count in (2, 40):
+        spans, records = sdk_spans_and_logs(functools.partial(calls, count=count))
+        batch = request_log_records(logs_request(records), limits=Limits.current())
+        with django_assert_num_queries(7):
+            outcome = otlp_logs_ingest(user=user, batch=batch)
+        assert (outcome.accepted, outcome.rejected) == (count, 0)
+        otlp_spans_ingest(
+            user=user, batch=request_spans(export_request(spans), limits=Limits.current())
+        )
+    assert not PendingLogEvents.objects.exists()
+    steps = Step.objects.filter(trace__user=user)
+    assert steps.count() == 42
+    assert all(step.data["events"][0]["name"] == "gen_ai.user.message" for step in steps)
