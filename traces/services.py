@@ -85,6 +85,18 @@ def _new_otlp_trace(
     )
 
 
+def _spans_trace(spans: TraceSpans, user: Any, task: str | None) -> Trace:
+    """The trace that ``spans`` open when it is new: named after its root's service when the
+    root came with them (a trace of several services is its entry point's)."""
+    return _new_otlp_trace(
+        spans.trace_id,
+        user=user,
+        service=spans.root_service or spans.service,
+        resource=spans.resource,
+        task=task or "",
+    )
+
+
 def _ingested(batch: Refusals, foreign: int, item: str) -> IngestOutcome:
     return IngestOutcome(
         accepted=batch.total - batch.rejected,
@@ -175,14 +187,10 @@ def _open_spans(user: Any, batch: SpanBatch, traces: list[TraceSpans]) -> int:
     how many spans were refused as someone else's."""
     opening = [
         NewTrace(
-            trace=_new_otlp_trace(
-                spans.trace_id,
-                user=user,
-                service=spans.root_service or spans.service,
-                resource=spans.resource,
-                # Nothing of a new trace is stored, and no log record waits for it (they
-                # open their trace too).
-                task=_task_from_first_question(spans, stored=False) or spans.task or "",
+            # Nothing of a new trace is stored, and no log record waits for it (they open
+            # their trace too).
+            trace=_spans_trace(
+                spans, user, _task_from_first_question(spans, stored=False) or spans.task
             ),
             steps=spans.steps,
             complete=spans.complete,
@@ -209,16 +217,9 @@ def _add_spans(user: Any, batch: SpanBatch, traces: list[TraceSpans]) -> int:
     foreign = 0
     for spans in traces:
         task = _task_from_waiting_input(spans) or _task_from_first_question(spans) or spans.task
-        new_trace = _new_otlp_trace(
-            spans.trace_id,
-            user=user,
-            service=spans.root_service or spans.service,
-            resource=spans.resource,
-            task=task or "",
-        )
         try:
             store.open_or_add_sync(
-                new_trace,
+                _spans_trace(spans, user, task),
                 spans.steps,
                 check=check,
                 # Read under the trace's lock: a request of log records for the trace has
@@ -335,9 +336,9 @@ def otlp_logs_ingest(*, user: Any, batch: LogBatch) -> IngestOutcome:
 
 
 def _open_logs(user: Any, batch: LogBatch, traces: list[TraceLogs]) -> int:
-    """Open the new ``traces`` together, every record of theirs waiting for its span; one by
-    one (``_add_logs``) when one of them was opened in the meantime. Returns how many records
-    were refused as someone else's (none: the traces are new)."""
+    """Open the new ``traces`` together (with no steps, none is refused), every record of
+    theirs waiting for its span; one by one (``_add_logs``) when one of them was opened in
+    the meantime. Returns how many records were refused as someone else's: none."""
     opening = [
         NewTrace(
             trace=_new_otlp_trace(
@@ -348,17 +349,14 @@ def _open_logs(user: Any, batch: LogBatch, traces: list[TraceLogs]) -> int:
         for logs in traces
     ]
     try:
-        refused = get_trace_store().open_traces_sync(opening)
+        get_trace_store().open_traces_sync(opening)
     except IntegrityError:
         return _add_logs(user, batch, traces)
-    for trace_id, exc in refused.items():
-        _refused(batch, exc, otel_trace_id=trace_id.hex, count=batch.traces[trace_id].count)
     PendingLogEvents.objects.bulk_create(
         PendingLogEvents(
             trace_id=logs.trace_id, step_id=step_id, span_id=logs.span_ids[step_id], events=events
         )
         for logs in traces
-        if logs.trace_id not in refused
         for step_id, events in logs.events.items()
     )
     return 0

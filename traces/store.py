@@ -369,11 +369,11 @@ class _Write:
     Storing a copy doubled the rows a batch writes: ``benchmarks/otlp_ingest.py``'s 10,000
     spans took 8.2-9.4 s to store in-process with it, 5.1-5.9 s without)."""
 
-    def __init__(self, trace: Trace, *, opens: bool = False) -> None:
+    def __init__(self, trace: Trace, *, own_ids: bool = False) -> None:
         self.trace = trace
-        #: The write opens the trace, and its step ids are its own (derived from the trace's
-        #: id): nothing stored can have them, so ``add`` looks nothing up.
-        self.opens = opens
+        #: The write opens the trace and its step ids are derived from the trace's id (OTLP's):
+        #: no stored step can have them or wait for them, so ``add`` looks nothing up.
+        self.own_ids = own_ids
         self.publish = trace.is_running
         #: Stored steps have seqs up to this one; the write's new steps come after it.
         self._stored_up_to = trace.last_seq
@@ -399,7 +399,7 @@ class _Write:
         if len(ids) != len(set(ids)):
             raise InvalidStep("A step id appears twice in the batch.")
         outside = {item.parent_id for item in items if item.parent_id} - set(ids)
-        found, waiting = ({}, []) if self.opens else self._look_up(items, {*ids, *outside})
+        found, waiting = ({}, []) if self.own_ids else self._look_up(items, {*ids, *outside})
         foreign = [str(i) for i in ids if i in found and found[i].trace_id != self.trace.id]
         if foreign:
             raise StepIdConflict(
@@ -831,6 +831,12 @@ def _save_opening(writes: Sequence[_Write]) -> None:
     TraceEvent.objects.bulk_create([event for write in writes for event in write.events])
 
 
+def _log_created(trace: Trace) -> None:
+    logger.info(
+        "trace_created", trace_id=str(trace.id), mode=trace.mode, agent_type=trace.agent_type
+    )
+
+
 # --- the ORM store ------------------------------------------------------------------------------
 
 
@@ -846,9 +852,7 @@ class OrmTraceStore:
             write = _Write(trace)
             write.add(steps)
             write.save(new_trace=True)
-        logger.info(
-            "trace_created", trace_id=str(trace.id), mode=trace.mode, agent_type=trace.agent_type
-        )
+        _log_created(trace)
 
     def add_steps_sync(
         self,
@@ -996,7 +1000,7 @@ class OrmTraceStore:
                 if new.complete is not None:
                     _check_final(new.complete)
                 make_storable(new.trace)  # before its trace_completed event is made from it
-                write = _Write(new.trace, opens=True)
+                write = _Write(new.trace, own_ids=True)
                 write.add(new.steps)
                 if new.complete is not None:
                     write.complete(new.complete, new.total_duration_ms)
@@ -1009,12 +1013,7 @@ class OrmTraceStore:
             _save_opening(writes)
         for write in writes:
             trace = write.trace
-            logger.info(
-                "trace_created",
-                trace_id=str(trace.id),
-                mode=trace.mode,
-                agent_type=trace.agent_type,
-            )
+            _log_created(trace)
             if write.new_steps:
                 logger.info("steps_added", trace_id=str(trace.id), count=len(write.new_steps))
             if not trace.is_running:
@@ -1031,9 +1030,7 @@ class OrmTraceStore:
                 trace.save(force_insert=True)
         except IntegrityError:
             return _locked_trace(trace.id)
-        logger.info(
-            "trace_created", trace_id=str(trace.id), mode=trace.mode, agent_type=trace.agent_type
-        )
+        _log_created(trace)
         return trace
 
     def complete_trace_sync(

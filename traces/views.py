@@ -29,6 +29,9 @@ from traces.filters import TreeQueryForm, parse_step_id, trace_filters
 
 R = TypeVar("R", bound=HttpResponseBase)
 
+#: Rows one ``rows/`` request answers at most; the page asks in parts of this many.
+ROWS_PER_REQUEST = 200
+
 
 def _not_found_is_404(view: Callable[..., R]) -> Callable[..., R]:
     """The view with the selectors' ``NotFound`` errors (a missing or foreign trace, a missing
@@ -84,6 +87,7 @@ def trace_page(request: HtmxHttpRequest, trace_id: uuid.UUID) -> HttpResponse:
         "tree": tree,
         "quiet_since": selectors.otlp_quiet_since(trace),
         "waiting": selectors.waiting_log_records(trace),
+        "rows_per_request": ROWS_PER_REQUEST,
     }
     return render(request, "traces/trace.html", context)
 
@@ -105,7 +109,9 @@ def trace_children(request: HtmxHttpRequest, trace_id: uuid.UUID, node: str) -> 
 @_not_found_is_404
 def trace_rows(request: HtmxHttpRequest, trace_id: uuid.UUID) -> HttpResponse:
     trace = selectors.trace_get_for(viewer=request.user, trace_id=trace_id)
-    ids = [i for i in map(parse_step_id, request.GET.get("ids", "").split(",")[:200]) if i]
+    ids = [
+        i for i in map(parse_step_id, request.GET.get("ids", "").split(",")[:ROWS_PER_REQUEST]) if i
+    ]
     nodes = selectors.steps_by_id(trace=trace, ids=ids) if ids else []
     return render(request, "traces/_rows.html", {"trace": trace, "nodes": nodes})
 

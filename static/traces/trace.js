@@ -54,7 +54,12 @@
       return;
     }
     // Not loaded: the server renders the tree with the path to the step opened.
-    load(base + "?step=" + id, "#tree", "outerHTML").then(() => select(rowOf(id)));
+    loadTreeAt(id).then(() => select(rowOf(id)));
+  }
+
+  // The whole tree as a reload shows it, with the path to the step ``id`` (if any) opened.
+  function loadTreeAt(id) {
+    return load(base + (id ? "?step=" + id : ""), "#tree", "outerHTML");
   }
 
   function visibleRows() {
@@ -245,7 +250,7 @@
   // Lists of children whose rows moved away while windows of them are not loaded: their
   // windows' offsets and counts no longer hold, so the list is loaded again after the flush.
   const stale = new Set();
-  const ROWS_PER_REQUEST = 200;  // the most ids rows/ takes
+  const ROWS_PER_REQUEST = Number(view.dataset.rowsPerRequest);  // the most ids rows/ takes
   let flushTimer = null;
   // Each flush's rows are placed before the next flush asks for its own: a step announced
   // after its parent is placed after it, even when the later answer comes back first. What a
@@ -381,7 +386,7 @@
     const top = lists.find((ul) => ul.matches("ul.tree"));
     if (top) {  // the whole tree, the other lists with it
       const current = selected();
-      return load(base + (current ? "?step=" + current.dataset.id : ""), "#tree", "outerHTML");
+      return loadTreeAt(current && current.dataset.id);
     }
     return Promise.all(lists.map((ul) => {
       const toggle = ul.closest("li.node").querySelector(":scope > .row .tog");
