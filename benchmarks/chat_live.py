@@ -36,8 +36,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.common import percentile, verdict
-from benchmarks.trace_page import CHROMIUM, recreate_database, session_cookie
-from benchmarks.trace_tree import BENCH_USERNAME, configure_environment, machine_load
+from benchmarks.trace_page import CHROMIUM, session_cookie
+from benchmarks.trace_tree import (
+    BENCH_USERNAME,
+    configure_environment,
+    machine_load,
+    recreate_database,
+)
 
 TARGET_CARD_MS = 150.0
 TARGET_LINE_MS = 250.0

@@ -28,8 +28,8 @@ Figures are p50 over ``--runs`` runs. By default the client emits the spans in a
 second), so nearly all of them are still queued at the flush; ``--pace S`` spreads their ends
 over S seconds, as an agent at work sends them, and then only the last batches remain.
 DevAssist runs under daphne on PostgreSQL (``BENCH_DATABASE_URL``, default
-``postgres://postgres@127.0.0.1:5432/devassist_otlp_bench``, created and migrated when missing;
-the benchmark user's traces from earlier runs are deleted). With ``--grpc`` the same client
+``postgres://postgres@127.0.0.1:5432/devassist_otlp_bench``, created afresh and migrated at
+each start). With ``--grpc`` the same client
 also sends the trace over OTLP/gRPC to ``manage.py otlp_grpc`` (the SDK's gRPC exporter),
 read back through the same ``/tree``. With ``--redis`` DevAssist runs on the Redis channel
 layer (``BENCH_REDIS_URL``, default ``redis://127.0.0.1:6379/9``). With ``--watch socket``
@@ -72,8 +72,8 @@ from benchmarks.common import verdict  # noqa: E402 - after the path above
 from benchmarks.trace_tree import (  # noqa: E402
     WORDS,
     configure_environment,
-    ensure_database,
     machine_load,
+    recreate_database,
 )
 
 DEFAULT_DATABASE_URL = "postgres://postgres@127.0.0.1:5432/devassist_otlp_bench"
@@ -492,25 +492,26 @@ def measure(
 
 
 def prepare_user() -> str:
-    """The benchmark user (its earlier traces deleted) and a fresh API token."""
+    """The benchmark user and a fresh API token."""
     from django.contrib.auth import get_user_model
 
     from devassist.tokens import api_token_create
-    from traces.models import Trace
 
     user, _ = get_user_model().objects.get_or_create(username=BENCH_USERNAME)
     user.set_password(BENCH_PASSWORD)  # the trace page's sign-in (``--watch page``)
     user.save()
-    Trace.objects.filter(user=user).delete()
     _, token = api_token_create(user=user, name="otlp benchmark")
     return token
 
 
 def prepare_devassist(var_dir: str, *, redis: bool) -> tuple[str, dict[str, str]]:
-    """Create and migrate the benchmark database (``configure_environment`` chose it), and
-    return the benchmark user's new API token and the environment of a DevAssist server on
-    it (on the Redis channel layer with ``redis``)."""
-    ensure_database(os.environ["DATABASE_URL"])
+    """Create the benchmark database (``configure_environment`` chose it) afresh and migrate
+    it, and return the benchmark user's new API token and the environment of a DevAssist
+    server on it (on the Redis channel layer with ``redis``). Afresh, not emptied: with
+    autovacuum off (as on the development machines), the rows deleted by earlier runs stay
+    in the tables, and a table of 10,000 live steps grew to 565 MB over a dozen runs, which
+    the planner then scanned whole (benchmarks/README.md, "2026-12-05 20:10")."""
+    recreate_database(os.environ["DATABASE_URL"])
     import django
     from django.core.management import call_command
     from django.db import connection

@@ -6,6 +6,8 @@ Run from the repository root::
     .venv/bin/python benchmarks/otlp_service.py                       # 2,000 requests of 5 spans
     .venv/bin/python benchmarks/otlp_service.py --requests 2048 --spans-per-request 1
     .venv/bin/python benchmarks/otlp_service.py --redis               # the Redis channel layer
+    .venv/bin/python benchmarks/otlp_service.py --logs                # with GenAI log records
+    .venv/bin/python benchmarks/otlp_service.py --at-once 100         # 100 requests at a time
 
 The service's requests are traces of ``--spans-per-request`` spans (a server span over a model
 call, database calls and a render), sent by the OTel SDK as an instrumented service sends them:
@@ -89,11 +91,12 @@ def send(
     per: int,
     one: bool,
     logs: bool = False,
+    at_once: int = 1,
 ) -> Sent:
     """Emit ``requests`` requests of ``per`` spans each, as traces of their own or (``one``)
-    all under one root span, and flush them through the SDK to ``endpoint``; with ``logs``,
-    each model call's prompt and answer as GenAI log records too, flushed first (records are
-    emitted while their span runs, and so are sent before it)."""
+    all under one root span, ``at_once`` served at a time, and flush them through the SDK to
+    ``endpoint``; with ``logs``, each model call's prompt and answer as GenAI log records too,
+    flushed first (records are emitted while their span runs, and so are sent before it)."""
     from opentelemetry._logs import LogRecord
     from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
     from opentelemetry.sdk._logs import LoggerProvider
@@ -101,7 +104,7 @@ def send(
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
-    from opentelemetry.trace import SpanKind, Status, StatusCode
+    from opentelemetry.trace import SpanKind, Status, StatusCode, use_span
 
     service = f"bench-service-{random.getrandbits(32):08x}"
     provider = TracerProvider(
@@ -130,35 +133,49 @@ def send(
     log_provider.add_log_record_processor(log_processor)
     logger = log_provider.get_logger("benchmark.service")
 
-    def request(index: int) -> None:
-        with tracer.start_as_current_span(
-            f"POST /ask/{index % 50}",
-            kind=SpanKind.SERVER,
-            attributes={"http.request.method": "POST", "http.route": "/ask/{topic}"},
-        ):
-            for child in range(per - 1):
-                name = CHILDREN[child % len(CHILDREN)]
-                with tracer.start_as_current_span(name) as span:
-                    if name == "chat":
-                        span.set_attribute("gen_ai.operation.name", "chat")
-                        span.set_attribute("gen_ai.usage.input_tokens", 120)
-                        span.set_attribute("gen_ai.usage.output_tokens", 40)
-                        if logs:
-                            for event, body in (
-                                ("gen_ai.user.message", {"content": f"question {index}"}),
-                                ("gen_ai.choice", {"message": {"content": "an answer"}}),
-                            ):
-                                logger.emit(LogRecord(event_name=event, body=body))
-                    elif index % 40 == 0:
-                        span.set_status(Status(StatusCode.ERROR, "deadlock detected"))
+    def serve(first: int, count: int) -> None:
+        """Serve requests ``first`` to ``first + count - 1`` at once: each one's server span
+        ends once all of them have done their work."""
+        roots = [
+            tracer.start_span(
+                f"POST /ask/{index % 50}",
+                kind=SpanKind.SERVER,
+                attributes={"http.request.method": "POST", "http.route": "/ask/{topic}"},
+            )
+            for index in range(first, first + count)
+        ]
+        for index, root in enumerate(roots, start=first):
+            with use_span(root, end_on_exit=False):
+                work(index)
+        for root in roots:
+            root.end()
+
+    def work(index: int) -> None:
+        for child in range(per - 1):
+            name = CHILDREN[child % len(CHILDREN)]
+            with tracer.start_as_current_span(name) as span:
+                if name == "chat":
+                    span.set_attribute("gen_ai.operation.name", "chat")
+                    span.set_attribute("gen_ai.usage.input_tokens", 120)
+                    span.set_attribute("gen_ai.usage.output_tokens", 40)
+                    if logs:
+                        for event, body in (
+                            ("gen_ai.user.message", {"content": f"question {index}"}),
+                            ("gen_ai.choice", {"message": {"content": "an answer"}}),
+                        ):
+                            logger.emit(LogRecord(event_name=event, body=body))
+                elif index % 40 == 0:
+                    span.set_status(Status(StatusCode.ERROR, "deadlock detected"))
+
+    def serve_all() -> None:
+        for first in range(0, requests, at_once):
+            serve(first, min(at_once, requests - first))
 
     if one:
         with tracer.start_as_current_span("nightly batch"):
-            for index in range(requests):
-                request(index)
+            serve_all()
     else:
-        for index in range(requests):
-            request(index)
+        serve_all()
     flush_started = time.perf_counter()
     if not log_processor.force_flush(timeout_millis=600_000):
         raise RuntimeError("the flush of the log records did not finish")
@@ -191,6 +208,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="each model call's prompt and answer as GenAI log records too (sent first)",
     )
     parser.add_argument(
+        "--at-once",
+        type=int,
+        default=1,
+        help="requests the service serves at a time: each one's server span ends after all of "
+        "their work, so with many most come in a later batch than their children",
+    )
+    parser.add_argument(
         "--redis",
         action="store_true",
         help=f"the Redis channel layer (BENCH_REDIS_URL, default {DEFAULT_REDIS_URL})",
@@ -210,6 +234,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(
         f"{args.requests} requests of {per} spans ({args.requests * per} spans), on the "
         f"{'Redis' if args.redis else 'in-memory'} channel layer"
+        + (f", {args.at_once} served at a time" if args.at_once > 1 else "")
         + (", each model call's prompt and answer as log records" if args.logs else "")
     )
     shapes = {"a trace per request": False, "one trace (baseline)": True}
@@ -222,7 +247,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         with daphne_server(env, timeout_s=60) as base_url:
             headers = {"Authorization": f"Bearer {token}"}
             endpoint = f"{base_url}/v1/traces"
-            send(endpoint, headers, requests=20, per=per, one=False, logs=args.logs)  # warm up
+            send(endpoint, headers, requests=20, per=per, one=False, logs=args.logs)  # warm-up
             for _ in range(args.runs):
                 for name, one in shapes.items():
                     runs[name].append(
@@ -233,6 +258,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                             per=per,
                             one=one,
                             logs=args.logs,
+                            at_once=args.at_once,
                         )
                     )
     finally:

@@ -50,6 +50,7 @@ from benchmarks.trace_tree import (
     configure_environment,
     generate_steps,
     machine_load,
+    recreate_database,
 )
 
 TARGET_P50_MS = 200.0
@@ -137,20 +138,6 @@ def build(user: Any, count: int, seed: int) -> Built:
         wide_children=wide["children_count"],
         build_s=build_s,
     )
-
-
-def recreate_database(url: str) -> None:
-    """Drop the database named in ``url`` (if it exists) and create it empty."""
-    import psycopg
-    from psycopg import sql
-    from psycopg.conninfo import conninfo_to_dict, make_conninfo
-
-    name = conninfo_to_dict(url).get("dbname")
-    if not name:
-        raise SystemExit(f"No database name in {url!r}")
-    with psycopg.connect(make_conninfo(url, dbname="postgres"), autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(str(name))))
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(str(name))))
 
 
 def session_cookie(user: Any) -> tuple[str, str]:

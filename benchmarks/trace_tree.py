@@ -103,6 +103,20 @@ def ensure_database(url: str) -> None:
             print(f"created database {name}")
 
 
+def recreate_database(url: str) -> None:
+    """Drop the database named in ``url`` (if it exists) and create it empty."""
+    import psycopg
+    from psycopg import sql
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    name = conninfo_to_dict(url).get("dbname")
+    if not name:
+        raise SystemExit(f"No database name in {url!r}")
+    with psycopg.connect(make_conninfo(url, dbname="postgres"), autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(str(name))))
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(str(name))))
+
+
 # --- query counting -----------------------------------------------------------------------------
 
 

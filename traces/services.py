@@ -19,10 +19,11 @@ from typing import Any, TypeVar
 
 import structlog
 from django.db import DataError, IntegrityError, transaction
-from django.db.models import Q
+from django.db.models import F, Q, Window
+from django.db.models.functions import RowNumber
 
 from devassist.exceptions import DomainError
-from traces.exceptions import TraceNotFromOtlp, TraceOfAnotherUser
+from traces.exceptions import InvalidStep, TraceNotFromOtlp, TraceOfAnotherUser
 from traces.messages import asked_in
 from traces.models import OTEL_METADATA_KEY, PendingLogEvents, Step, StepType, Trace, TraceMode
 from traces.otlp import (
@@ -37,7 +38,7 @@ from traces.otlp import (
     task_of,
 )
 from traces.otlp_logs import LogBatch, TraceLogs, request_log_records, with_log_events
-from traces.store import NewTrace, StepCreate, get_trace_store
+from traces.store import AddedSteps, StepCreate, TraceSteps, get_trace_store
 
 logger = structlog.get_logger(__name__)
 
@@ -123,7 +124,7 @@ def otlp_export_ingest(*, user: Any, request: Any, signal: Signal) -> IngestOutc
         # Text or a number that the mapping let through and the database cannot hold: a bug
         # here, and the same request would fail again, so not "unavailable; retry".
         logger.exception("otlp_ingest_refused", items=signal.items, user_id=user.pk)
-        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        reason = _first_line(exc)
         raise OtlpError(
             HTTPStatus.BAD_REQUEST, f"The database refused the {signal.items}: {reason}"
         ) from exc
@@ -140,10 +141,10 @@ def otlp_export_ingest(*, user: Any, request: Any, signal: Signal) -> IngestOutc
 def otlp_spans_ingest(*, user: Any, batch: SpanBatch) -> IngestOutcome:
     """Store ``batch`` (a request's spans, decoded by ``traces.otlp``) for ``user``: the
     traces that are new opened together as ``user``'s (``open_traces_sync``: one insert per
-    table, however many), the spans of each trace that exists in one store write of its own;
-    a trace whose root span came completed with them (and named after the root's input and
-    service). Log records that came before their span (``PendingLogEvents``) join its step
-    as it is stored.
+    table, however many), the spans of the traces that exist added to them together
+    (``add_to_traces_sync``); a trace ends when its root span came completed with them (and
+    is named after the root's input and service). Log records that came before their span
+    (``PendingLogEvents``) join its step as it is stored.
 
     All in one transaction, the traces locked or opened in id order (``_in_runs``). A trace
     the store refuses (another user's, one not recorded over OTLP, a cost past the limit)
@@ -161,80 +162,107 @@ def otlp_spans_ingest(*, user: Any, batch: SpanBatch) -> IngestOutcome:
 
 T = TypeVar("T")
 
+#: What a run's handler (``_in_runs``) returns: how many of its items were refused as someone
+#: else's, and the traces to look at again (another request opened or deleted them meanwhile).
+Handled = tuple[int, list[uuid.UUID]]
+
 
 def _in_runs(
     traces: Mapping[uuid.UUID, T],
     *,
-    new: Callable[[list[T]], int],
-    stored: Callable[[list[T]], int],
+    new: Callable[[list[T]], Handled],
+    stored: Callable[[list[T]], Handled],
 ) -> int:
     """Hand the items of ``traces`` (by trace id) in id order, in runs: the traces that are
-    not stored to ``new``, the others to ``stored``; the sum of what they return. Every
-    request takes its traces in the same order (locks them, or opens them), so no two wait on
-    each other in a circle. Which are stored is read unlocked: one opened after this is
-    found by the insert that opens it (``open_traces_sync``'s ``IntegrityError``)."""
+    not stored to ``new``, the others to ``stored``; how many items they refused as someone
+    else's. Every request takes its traces in the same order (locks them, or opens them), so
+    no two wait on each other in a circle. Which are stored is read unlocked: a trace opened
+    after this is found by the insert that opens it (``open_traces_sync``'s
+    ``IntegrityError``), one deleted by the lock that misses it, and the run's handler hands
+    them back to be looked at again, before the next run (each time at least one of them has
+    become stored or gone)."""
     found = set(Trace.objects.filter(pk__in=list(traces)).values_list("pk", flat=True))
     total = 0
     for is_new, run in itertools.groupby(sorted(traces), key=lambda t: t not in found):
         items = [traces[trace_id] for trace_id in run]
-        total += new(items) if is_new else stored(items)
+        foreign, again = new(items) if is_new else stored(items)
+        total += foreign
+        for trace_id in again:  # one by one: see ``_look_again``
+            total += _in_runs({trace_id: traces[trace_id]}, new=new, stored=stored)
     return total
 
 
-def _open_spans(user: Any, batch: SpanBatch, traces: list[TraceSpans]) -> int:
-    """Open the new ``traces`` together; one by one (``_add_spans``) when one of them was
-    opened in the meantime (by a request of the same trace's spans or log records). Returns
-    how many spans were refused as someone else's."""
-    opening = [
-        NewTrace(
-            # Nothing of a new trace is stored, and no log record waits for it (they open
-            # their trace too).
-            trace=_spans_trace(
-                spans, user, _task_from_first_question(spans, stored=False) or spans.task
-            ),
-            steps=spans.steps,
-            complete=spans.complete,
-            total_duration_ms=spans.duration_ms,
-        )
-        for spans in traces
-    ]
+def _look_again(trace_ids: list[uuid.UUID]) -> bool:
+    """After the insert that opens the traces ``trace_ids`` together failed: whether to look
+    at them again, one by one (``_in_runs``). Yes when they are several (another request
+    opened one of them meanwhile, or one of them cannot be stored: alone, each is stored,
+    opened or found at fault), or when the one is stored now. No for one that is still not
+    stored: it failed for a reason of its own."""
+    return len(trace_ids) > 1 or Trace.objects.filter(pk=trace_ids[0]).exists()
+
+
+def _first_line(exc: Exception) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
+def _open_spans(user: Any, batch: SpanBatch, traces: list[TraceSpans]) -> Handled:
+    """Open the new ``traces`` together; all of them to be looked at again when that fails
+    (``_look_again``: one was opened in the meantime by a request of the same trace's spans
+    or log records, say). A trace that fails alone is refused: one of its spans' step ids
+    is a step's of another trace (clients of the REST API choose their step ids)."""
+    # Nothing of a new trace is stored, and no log record waits for it (they open their trace
+    # too).
+    opening = [_spans_write(spans, user, _first_question(spans) or spans.task) for spans in traces]
     try:
         refused = get_trace_store().open_traces_sync(opening)
-    except IntegrityError:
-        return _add_spans(user, batch, traces)
-    return sum(
+    except IntegrityError as exc:
+        ids = [spans.trace_id for spans in traces]
+        if _look_again(ids):
+            return 0, ids
+        cause = InvalidStep(f"The spans cannot be stored: {_first_line(exc)}.")
+        return _refused(batch, cause, otel_trace_id=ids[0].hex, count=len(traces[0].steps)), []
+    foreign = sum(
         _refused(batch, exc, otel_trace_id=trace_id.hex, count=len(batch.traces[trace_id].steps))
         for trace_id, exc in refused.items()
     )
+    return foreign, []
 
 
-def _add_spans(user: Any, batch: SpanBatch, traces: list[TraceSpans]) -> int:
-    """Add the spans of ``traces`` to them one trace at a time, each locked (or opened, when
-    it is not stored) and checked to be ``user``'s. Returns how many spans were refused as
-    someone else's."""
-    store = get_trace_store()
-    check = functools.partial(_owned_otlp_trace, user=user)
-    foreign = 0
-    for spans in traces:
-        task = _task_from_waiting_input(spans) or _task_from_first_question(spans) or spans.task
-        try:
-            store.open_or_add_sync(
-                _spans_trace(spans, user, task),
-                spans.steps,
-                check=check,
-                # Read under the trace's lock: a request of log records for the trace has
-                # committed them, or waits.
-                prepare=functools.partial(_with_waiting_log_events, spans.trace_id),
-                complete=spans.complete,
-                total_duration_ms=spans.duration_ms,
-                task=task,
-                agent_type=spans.root_service,
-            )
-        except DomainError as exc:
-            foreign += _refused(
-                batch, exc, otel_trace_id=spans.otel_trace_id, count=len(spans.steps)
-            )
-    return foreign
+def _add_spans(user: Any, batch: SpanBatch, traces: list[TraceSpans]) -> Handled:
+    """Add the spans of the stored ``traces`` to them together (``add_to_traces_sync``: one
+    lock, one look-up and one insert for them all), each checked to be ``user``'s, with the
+    log records that waited for them; the traces deleted since the caller looked are handed
+    back (they are opened again)."""
+    waiting = _WaitingRecords()
+    tasks = _stored_traces_tasks(traces)
+    results = get_trace_store().add_to_traces_sync(
+        [_spans_write(spans, user, tasks[spans.trace_id]) for spans in traces],
+        check=functools.partial(_owned_otlp_trace, user=user),
+        prepare=waiting.join,
+    )
+    waiting.taken(
+        [trace_id for trace_id, result in results.items() if isinstance(result, AddedSteps)]
+    )
+    foreign = sum(
+        _refused(batch, result, otel_trace_id=trace_id.hex, count=len(batch.traces[trace_id].steps))
+        for trace_id, result in results.items()
+        if isinstance(result, DomainError)
+    )
+    return foreign, [spans.trace_id for spans in traces if spans.trace_id not in results]
+
+
+def _spans_write(spans: TraceSpans, user: Any, task: str | None) -> TraceSteps:
+    """What ``spans`` write to their trace: the trace they open when it is new (``task`` its
+    task), their steps, its end when its root came completed with them, and ``task`` and the
+    root's service as its task and agent type when it is stored."""
+    return TraceSteps(
+        trace=_spans_trace(spans, user, task),
+        steps=spans.steps,
+        complete=spans.complete,
+        total_duration_ms=spans.duration_ms,
+        task=task,
+        agent_type=spans.root_service,
+    )
 
 
 def _refused(batch: Refusals, exc: DomainError, *, otel_trace_id: str, count: int) -> int:
@@ -245,33 +273,80 @@ def _refused(batch: Refusals, exc: DomainError, *, otel_trace_id: str, count: in
     return count if isinstance(exc, TraceOfAnotherUser) else 0
 
 
-def _task_from_waiting_input(spans: TraceSpans) -> str | None:
-    """The task of a trace whose root span came without an input, from the input that log
-    records waiting for it give it (a plain script's model call is its root, its messages
-    log records); None when none wait. Read before the trace's lock: a record that commits
-    in between leaves the root's name as the task, nothing worse."""
-    if spans.unnamed_root is None:
-        return None
-    waiting = PendingLogEvents.objects.filter(
-        trace_id=spans.trace_id, step_id=spans.unnamed_root
-    ).order_by("pk")
-    events = [event for row in waiting.values_list("events", flat=True) for event in row]
-    if not events:
-        return None
-    root_input = with_log_events({}, events, max_events=Limits.current().max_events).get("input")
-    return task_of(root_input, "") or None
+def _stored_traces_tasks(traces: Sequence[TraceSpans]) -> dict[uuid.UUID, str | None]:
+    """The tasks the spans of the stored ``traces`` give them: a root's input or name
+    (``TraceSpans.task``; None when the root did not come), and for a root that came without
+    an input (a plain script's model call, an OpenAI Agents SDK workflow, a plain span around
+    an agent) the input that log records waiting for it give it, else what the trace's first
+    model call was asked. Two queries for them all, read before the traces' locks: a record
+    or a model call that commits in between leaves the trace named by what was there, nothing
+    worse."""
+    unnamed = [spans for spans in traces if spans.unnamed_root is not None]
+    tasks = _waiting_root_inputs(unnamed)
+    asked = _first_questions([spans for spans in unnamed if spans.trace_id not in tasks])
+    return {
+        spans.trace_id: tasks.get(spans.trace_id) or asked.get(spans.trace_id) or spans.task
+        for spans in traces
+    }
 
 
-#: The stored model calls of a trace whose inputs ``_task_from_first_question`` looks at.
+def _waiting_root_inputs(traces: Sequence[TraceSpans]) -> dict[uuid.UUID, str]:
+    """The tasks that the log records waiting for the unnamed roots of ``traces`` give them
+    (their input, as ``with_log_events`` reads it), by trace id: one query."""
+    if not traces:
+        return {}
+    roots = {spans.trace_id: spans.unnamed_root for spans in traces if spans.unnamed_root}
+    waiting = (
+        PendingLogEvents.objects.filter(trace_id__in=list(roots), step_id__in=list(roots.values()))
+        .order_by("pk")
+        .values_list("trace_id", "step_id", "events")
+    )
+    events: dict[uuid.UUID, list[dict[str, Any]]] = defaultdict(list)
+    for trace_id, step_id, step_events in waiting:
+        if roots[trace_id] == step_id:
+            events[trace_id] += step_events
+    max_events = Limits.current().max_events
+    tasks = {
+        trace_id: task_of(with_log_events({}, found, max_events=max_events).get("input"), "")
+        for trace_id, found in events.items()
+    }
+    return {trace_id: task for trace_id, task in tasks.items() if task}
+
+
+#: The stored model calls of a trace whose inputs ``_first_questions`` looks at.
 QUESTION_CANDIDATES = 20
 
+#: A model call: when it started, its input and the messages flattened beside it.
+_Call = tuple[datetime | None, Any, Any]
 
-def _task_from_first_question(spans: TraceSpans, *, stored: bool = True) -> str | None:
-    """The task of a trace whose root span came without an input (an OpenAI Agents SDK
-    workflow's, a plain span around an agent): what its first model call was asked (the
-    last user message of the earliest model call whose input is a conversation, in this
-    batch or, when the trace is ``stored``, stored before it); None when none was. One
-    query, for such a root of a stored trace only."""
+
+def _first_questions(traces: Sequence[TraceSpans]) -> dict[uuid.UUID, str]:
+    """What the first model call of each of the stored ``traces`` was asked (the last user
+    message of the earliest call whose input is a conversation, among the trace's spans here
+    and the first ``QUESTION_CANDIDATES`` stored), by trace id, for those where one was: one
+    query."""
+    if not traces:
+        return {}
+    stored: dict[uuid.UUID, list[_Call]] = defaultdict(list)
+    rows = (
+        Step.objects.filter(trace_id__in=[spans.trace_id for spans in traces])
+        .filter(step_type=StepType.THOUGHT)
+        .filter(Q(data__has_key="input") | Q(data__has_key="input_messages"))
+        .annotate(
+            rank=Window(RowNumber(), partition_by=[F("trace_id")], order_by=F("started_at").asc())
+        )
+        .filter(rank__lte=QUESTION_CANDIDATES)
+        .values_list("trace_id", "started_at", "data__input", "data__input_messages")
+    )
+    for trace_id, *call in rows:
+        stored[trace_id].append(tuple(call))
+    found = {spans.trace_id: _first_question(spans, stored[spans.trace_id]) for spans in traces}
+    return {trace_id: task for trace_id, task in found.items() if task}
+
+
+def _first_question(spans: TraceSpans, stored: Sequence[_Call] = ()) -> str | None:
+    """What the first model call of ``spans``'s trace was asked, among its spans here and the
+    ``stored`` calls; None when none was asked anything, or the root came with an input."""
     if spans.unnamed_root is None:
         return None
     calls = [
@@ -279,42 +354,60 @@ def _task_from_first_question(spans: TraceSpans, *, stored: bool = True) -> str 
         for step in spans.steps
         if step.step_type == StepType.THOUGHT and isinstance(step.data, dict)
     ]
-    if stored:
-        calls += list(
-            Step.objects.filter(trace_id=spans.trace_id, step_type=StepType.THOUGHT)
-            .filter(Q(data__has_key="input") | Q(data__has_key="input_messages"))
-            .order_by("started_at")
-            .values_list("started_at", "data__input", "data__input_messages")[:QUESTION_CANDIDATES]
-        )
+    calls += stored
     calls.sort(key=lambda call: (call[0] is None, call[0] or datetime.min.replace(tzinfo=UTC)))
     # The messages flattened beside the request (OpenInference's) or the input itself.
     asked = (asked_in(messages) or asked_in(given) for _, given, messages in calls)
     return next((text for text in asked if text), None)
 
 
-def _with_waiting_log_events(
-    trace_id: uuid.UUID, steps: Sequence[StepCreate]
-) -> Sequence[StepCreate]:
-    """``steps`` with the log record events that waited for them in their data; the waiting
-    rows go. The caller holds the trace's lock (``open_or_add_sync``'s ``prepare``)."""
-    waiting = list(
-        PendingLogEvents.objects.filter(trace_id=trace_id, step_id__in=[s.id for s in steps])
-        .order_by("pk")
-        .values_list("pk", "step_id", "events")
-    )
-    if not waiting:
-        return steps
-    events: dict[uuid.UUID, list[dict[str, Any]]] = defaultdict(list)
-    for _, step_id, step_events in waiting:
-        events[step_id] += step_events
-    PendingLogEvents.objects.filter(pk__in=[pk for pk, _, _ in waiting]).delete()
-    max_events = Limits.current().max_events
-    return [
-        replace(step, data=with_log_events(step.data, events[step.id], max_events=max_events))
-        if step.id in events
-        else step
-        for step in steps
-    ]
+class _WaitingRecords:
+    """The log records that waited for a request's spans (``PendingLogEvents``): read into the
+    spans' steps under their traces' locks (``join``, the store's ``prepare``), and deleted
+    once the store has taken the steps (``taken``): a trace whose write is refused keeps its
+    records waiting."""
+
+    def __init__(self) -> None:
+        self._rows: dict[uuid.UUID, list[int]] = defaultdict(list)
+
+    def join(
+        self, steps: Mapping[uuid.UUID, Sequence[StepCreate]]
+    ) -> dict[uuid.UUID, Sequence[StepCreate]]:
+        """``steps`` (by trace id) with the events of the records that wait for them in their
+        data: one query for all the traces."""
+        step_ids = [step.id for trace_steps in steps.values() for step in trace_steps]
+        waiting = (
+            PendingLogEvents.objects.filter(trace_id__in=list(steps), step_id__in=step_ids)
+            .order_by("pk")
+            .values_list("pk", "trace_id", "step_id", "events")
+        )
+        events: dict[tuple[uuid.UUID, uuid.UUID], list[dict[str, Any]]] = defaultdict(list)
+        for pk, trace_id, step_id, step_events in waiting:
+            self._rows[trace_id].append(pk)
+            events[trace_id, step_id] += step_events
+        if not events:
+            return dict(steps)
+        max_events = Limits.current().max_events
+        return {
+            trace_id: [
+                replace(
+                    step,
+                    data=with_log_events(
+                        step.data, events[trace_id, step.id], max_events=max_events
+                    ),
+                )
+                if (trace_id, step.id) in events
+                else step
+                for step in trace_steps
+            ]
+            for trace_id, trace_steps in steps.items()
+        }
+
+    def taken(self, trace_ids: Sequence[uuid.UUID]) -> None:
+        """Delete the records that joined the steps of ``trace_ids``, which are stored."""
+        pks = [pk for trace_id in trace_ids for pk in self._rows.pop(trace_id, [])]
+        if pks:
+            PendingLogEvents.objects.filter(pk__in=pks).delete()
 
 
 def otlp_logs_ingest(*, user: Any, batch: LogBatch) -> IngestOutcome:
@@ -335,12 +428,12 @@ def otlp_logs_ingest(*, user: Any, batch: LogBatch) -> IngestOutcome:
     return _ingested(batch, foreign, "log record")
 
 
-def _open_logs(user: Any, batch: LogBatch, traces: list[TraceLogs]) -> int:
+def _open_logs(user: Any, batch: LogBatch, traces: list[TraceLogs]) -> Handled:
     """Open the new ``traces`` together (with no steps, none is refused), every record of
-    theirs waiting for its span; one by one (``_add_logs``) when one of them was opened in
-    the meantime. Returns how many records were refused as someone else's: none."""
+    theirs waiting for its span; all of them to be looked at again when one was opened in
+    the meantime."""
     opening = [
-        NewTrace(
+        TraceSteps(
             trace=_new_otlp_trace(
                 logs.trace_id, user=user, service=logs.service, resource=logs.resource
             ),
@@ -351,7 +444,10 @@ def _open_logs(user: Any, batch: LogBatch, traces: list[TraceLogs]) -> int:
     try:
         get_trace_store().open_traces_sync(opening)
     except IntegrityError:
-        return _add_logs(user, batch, traces)
+        ids = [logs.trace_id for logs in traces]
+        if _look_again(ids):
+            return 0, ids
+        raise  # a trace with no step has nothing else to fail on
     PendingLogEvents.objects.bulk_create(
         PendingLogEvents(
             trace_id=logs.trace_id, step_id=step_id, span_id=logs.span_ids[step_id], events=events
@@ -359,13 +455,13 @@ def _open_logs(user: Any, batch: LogBatch, traces: list[TraceLogs]) -> int:
         for logs in traces
         for step_id, events in logs.events.items()
     )
-    return 0
+    return 0, []
 
 
-def _add_logs(user: Any, batch: LogBatch, traces: list[TraceLogs]) -> int:
+def _add_logs(user: Any, batch: LogBatch, traces: list[TraceLogs]) -> Handled:
     """Add the records of ``traces`` one trace at a time, each locked (or opened, when it is
     not stored) and checked to be ``user``'s: to the steps of their spans that are stored,
-    waiting for the others. Returns how many records were refused as someone else's."""
+    waiting for the others."""
     store = get_trace_store()
     check = functools.partial(_owned_otlp_trace, user=user)
     max_events = Limits.current().max_events
@@ -408,4 +504,4 @@ def _add_logs(user: Any, batch: LogBatch, traces: list[TraceLogs]) -> int:
                 )
         except DomainError as exc:
             foreign += _refused(batch, exc, otel_trace_id=trace_id.hex, count=logs.count)
-    return foreign
+    return foreign, []

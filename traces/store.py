@@ -127,14 +127,26 @@ _NOT_NULL_STEP_FIELDS = frozenset({"status", "tokens", "cost", "data"})
 
 
 @dataclass(frozen=True)
-class NewTrace:
-    """A trace to open with its first steps (``open_traces_sync``): an unsaved instance, its
-    steps, and a final status when they end it."""
+class TraceSteps:
+    """Steps for one trace of a write of several (``open_traces_sync``, ``add_to_traces_sync``),
+    and what ends or renames it: ``trace`` is the unsaved instance that opens it when it is new
+    (only its id counts when it is stored); ``complete`` a final status when the steps end it;
+    ``task`` and ``agent_type`` replace a stored running trace's (a new one has its own)."""
 
     trace: Trace
     steps: Sequence[StepCreate]
     complete: str | None = None
     total_duration_ms: int | None = None
+    task: str | None = None
+    agent_type: str | None = None
+
+
+#: A write's new steps, by the id of their trace.
+StepsByTrace = Mapping[uuid.UUID, Sequence[StepCreate]]
+
+#: What one look-up (``_look_up``) found for a trace's batch: the stored steps among its ids
+#: and the parents it names, by id, and the stored steps of the trace that wait for a parent.
+_Found = tuple[dict[uuid.UUID, Step], list[Step]]
 
 
 @dataclass(frozen=True)
@@ -175,14 +187,21 @@ class TraceStore(Protocol):
         *,
         updates: Mapping[uuid.UUID, dict[str, Any]] | None = None,
         check: Callable[[Trace], None] | None = None,
-        prepare: Callable[[Sequence[StepCreate]], Sequence[StepCreate]] | None = None,
         complete: str | None = None,
         total_duration_ms: int | None = None,
         task: str | None = None,
         agent_type: str | None = None,
     ) -> AddedSteps: ...
 
-    def open_traces_sync(self, traces: Sequence[NewTrace]) -> dict[uuid.UUID, DomainError]: ...
+    def open_traces_sync(self, traces: Sequence[TraceSteps]) -> dict[uuid.UUID, DomainError]: ...
+
+    def add_to_traces_sync(
+        self,
+        traces: Sequence[TraceSteps],
+        *,
+        check: Callable[[Trace], None] | None = None,
+        prepare: Callable[[StepsByTrace], StepsByTrace] | None = None,
+    ) -> dict[uuid.UUID, AddedSteps | DomainError]: ...
 
     def complete_trace_sync(
         self,
@@ -388,57 +407,37 @@ class _Write:
         self._moved: dict[int, Step] = {}
         self.extra_trace_fields: set[str] = set()
         self.events: list[TraceEvent] = []
+        #: The write ends the trace (``complete``).
+        self.completed = False
 
     # -- new steps --
 
-    def add(self, items: Sequence[StepCreate]) -> list[Step]:
+    def add(self, items: Sequence[StepCreate], found: _Found | None = None) -> list[Step]:
         """Add ``items`` as new steps of the trace; returns the batch's steps in order, the
         stored ones for ids that are stored in this trace already. One query looks up the
-        re-sent ids and the parents from outside the batch."""
+        re-sent ids and the parents from outside the batch, unless ``found`` has what it
+        finds (``_look_up`` for several traces at once)."""
         ids = [item.id for item in items]
         if len(ids) != len(set(ids)):
             raise InvalidStep("A step id appears twice in the batch.")
-        outside = {item.parent_id for item in items if item.parent_id} - set(ids)
-        found, waiting = ({}, []) if self.own_ids else self._look_up(items, {*ids, *outside})
-        foreign = [str(i) for i in ids if i in found and found[i].trace_id != self.trace.id]
+        if found is None:
+            found = ({}, []) if self.own_ids else _look_up({self.trace.id: items})[self.trace.id]
+        stored, waiting = found
+        foreign = [str(i) for i in ids if i in stored and stored[i].trace_id != self.trace.id]
         if foreign:
             raise StepIdConflict(
                 "Step ids already used in another trace.", details={"step_ids": foreign}
             )
         batch: list[Step] = []
         for index, item in enumerate(items):
-            if item.id in found:
-                batch.append(found[item.id])
+            if item.id in stored:
+                batch.append(stored[item.id])
                 continue
-            parent = self._parent(item, index, found)
+            parent = self._parent(item, index, stored)
             step = self._new_step(item, index, parent)
             batch.append(step)
         self.events += self._adopt(waiting)
         return batch
-
-    def _look_up(
-        self, items: Sequence[StepCreate], wanted: set[uuid.UUID]
-    ) -> tuple[dict[uuid.UUID, Step], list[Step]]:
-        """The stored steps among ``wanted`` (re-sent ids, parents from outside the batch) by
-        id, and the stored steps of the trace that wait for a step of the batch (its
-        ``out_of_order`` ones): one query."""
-        if not items:
-            return {}, []
-        awaited = [item.id for item in items if item.out_of_order]
-        query = Q(pk__in=wanted)
-        if awaited:
-            query |= Q(trace=self.trace, pending_parent_id__in=awaited)
-        # Without the data: nothing here reads it, and spans sent children first leave many
-        # steps waiting, each with its whole input and output (512 LLM spans of 30 KB: 73 ms
-        # with the data, 17 ms without).
-        rows = list(Step.objects.filter(query).order_by().defer("data"))
-        found = {row.id: row for row in rows if row.id in wanted}
-        waiting = [
-            row
-            for row in rows
-            if row.pending_parent_id is not None and row.trace_id == self.trace.id
-        ]
-        return found, waiting
 
     def _parent(self, item: StepCreate, index: int, found: Mapping[uuid.UUID, Step]) -> Step | None:
         if item.parent_id is None:
@@ -689,6 +688,37 @@ class _Write:
 
     # -- the end --
 
+    def end_or_rename(
+        self,
+        complete: str | None,
+        total_duration_ms: int | None,
+        *,
+        task: str | None = None,
+        agent_type: str | None = None,
+    ) -> None:
+        """Give a running trace a new ``task`` and ``agent_type`` when they are given and
+        differ, and end it as ``complete`` when given; a trace that is no longer running
+        keeps what it has (late steps change nothing of it)."""
+        trace = self.trace
+        if not trace.is_running:
+            return
+        for name, value in (("task", task), ("agent_type", agent_type)):
+            if value is not None and value != getattr(trace, name):
+                setattr(trace, name, value)
+                self.extra_trace_fields.add(name)
+        if self.extra_trace_fields:
+            make_storable(trace)  # before its trace_completed event is made from it
+        if complete is not None:
+            self.complete(complete, total_duration_ms)
+
+    def log(self) -> None:
+        """Log what the write added and whether it ended the trace."""
+        trace_id = str(self.trace.id)
+        if self.new_steps:
+            logger.info("steps_added", trace_id=trace_id, count=len(self.new_steps))
+        if self.completed:
+            logger.info("trace_completed", trace_id=trace_id, status=self.trace.status)
+
     def complete(self, status: str, total_duration_ms: int | None) -> None:
         """Finish the trace as ``status`` and add its ``trace_completed`` event."""
         trace = self.trace
@@ -698,6 +728,7 @@ class _Write:
         if total_duration_ms is None:
             total_duration_ms = int((now - trace.created_at).total_seconds() * 1000)
         trace.total_duration_ms = total_duration_ms
+        self.completed = True
         trace.last_seq += 1
         self.events.append(
             TraceEvent(
@@ -728,18 +759,21 @@ class _Write:
             make_storable(self.trace)
             _save_opening([self])
             return
-        if not self.events and not self.new_steps and not self.changed:
-            return
-        self.trace.save(update_fields=[*_TRACE_FIELDS, *sorted(self.extra_trace_fields)])
-        self._save_rollups()
-        Step.objects.bulk_create(self.new_steps.values())
-        self._save_moves()
+        _save_writes([self])
+
+    @property
+    def changes_anything(self) -> bool:
+        return bool(self.events or self.new_steps or self.changed)
+
+    def _save_changed(self) -> None:
+        """Store the changed stored steps: one update per set of changed fields."""
         by_fields: dict[frozenset[str], list[Step]] = defaultdict(list)
         for step_id, step in self.changed.items():
             by_fields[frozenset(self._changed_fields[step_id])].append(step)
         for names, steps in by_fields.items():
             Step.objects.bulk_update(steps, sorted(names))
-        TraceEvent.objects.bulk_create(self.events)
+
+    def _broadcast(self) -> None:
         broadcast_on_commit(
             group_name(self.trace.id),
             [{"type": "trace.event", "event": event} for event in self._announced()],
@@ -816,6 +850,84 @@ class _Write:
             )
 
 
+def _look_up(batches: StepsByTrace) -> dict[uuid.UUID, _Found]:
+    """For each trace's batch (by trace id): the stored steps among its ids (re-sent ones) and
+    the parents it names from outside itself, by id, and the stored steps of the trace that
+    wait for a parent (its ``out_of_order`` steps may be theirs). One query for them all."""
+    wanted: dict[uuid.UUID, set[uuid.UUID]] = {}
+    awaited: set[uuid.UUID] = set()
+    awaiting: list[uuid.UUID] = []
+    for trace_id, items in batches.items():
+        wanted[trace_id] = {item.id for item in items} | {
+            item.parent_id for item in items if item.parent_id
+        }
+        ids = [item.id for item in items if item.out_of_order]
+        if ids:
+            awaited.update(ids)
+            awaiting.append(trace_id)
+    if not any(wanted.values()):
+        return {trace_id: ({}, []) for trace_id in batches}
+    query = Q(pk__in=set().union(*wanted.values()))
+    if awaiting:
+        query |= Q(trace_id__in=awaiting, pending_parent_id__in=awaited)
+    # Without the data: nothing here reads it, and spans sent children first leave many
+    # steps waiting, each with its whole input and output (512 LLM spans of 30 KB: 73 ms
+    # with the data, 17 ms without).
+    rows = list(Step.objects.filter(query).order_by().defer("data"))
+    by_id = {row.id: row for row in rows}
+    waiting: dict[uuid.UUID, list[Step]] = defaultdict(list)
+    for row in rows:
+        if row.pending_parent_id is not None:
+            waiting[row.trace_id].append(row)
+    return {
+        trace_id: (
+            {step_id: by_id[step_id] for step_id in wanted[trace_id] if step_id in by_id},
+            waiting.get(trace_id, []),
+        )
+        for trace_id in batches
+    }
+
+
+def _write_to(
+    stored: Trace, item: TraceSteps, steps: StepsByTrace, found: Mapping[uuid.UUID, _Found]
+) -> tuple[_Write, list[Step]]:
+    """The write of ``item`` to its ``stored`` trace (locked), with its steps as ``steps``
+    has them and the stored steps they name as ``found`` has them, and the batch's steps;
+    raises what refuses it."""
+    if item.complete is not None:
+        _check_final(item.complete)
+    write = _Write(stored)
+    batch = write.add(steps[stored.id], found[stored.id])
+    write.end_or_rename(
+        item.complete, item.total_duration_ms, task=item.task, agent_type=item.agent_type
+    )
+    _check_total_cost(stored)
+    return write, batch
+
+
+def _save_writes(writes: Sequence[_Write]) -> None:
+    """Store writes to stored traces (each checked, its trace locked) and broadcast each one's
+    events once the transaction commits: the new steps of all of them in one insert and their
+    events in another; each trace's row, and the rollups, moves and changes of its stored
+    steps, trace by trace (most of a service's traces need only their row: their later spans
+    come with the steps they hang under, or adopt stored ones in one update)."""
+    writes = [write for write in writes if write.changes_anything]
+    if not writes:
+        return
+    for write in writes:
+        # An update per trace: Django's ``bulk_update`` of a hundred traces' rows (a CASE per
+        # field and trace) took longer to build than the hundred updates to run.
+        write.trace.save(update_fields=[*_TRACE_FIELDS, *sorted(write.extra_trace_fields)])
+        write._save_rollups()
+    Step.objects.bulk_create([step for write in writes for step in write.new_steps.values()])
+    for write in writes:
+        write._save_moves()
+        write._save_changed()
+    TraceEvent.objects.bulk_create([event for write in writes for event in write.events])
+    for write in writes:
+        write._broadcast()
+
+
 def _save_opening(writes: Sequence[_Write]) -> None:
     """Store writes that open their traces (new instances, made storable: no stored step of
     theirs, so no rollups, moves or changes of stored steps to write), one insert per table
@@ -886,10 +998,7 @@ class OrmTraceStore:
             if complete is not None:
                 write.complete(complete, total_duration_ms)
             write.save()
-        if write.new_steps:
-            logger.info("steps_added", trace_id=str(trace_id), count=len(write.new_steps))
-        if complete is not None:
-            logger.info("trace_completed", trace_id=str(trace_id), status=complete)
+        write.log()
         return AddedSteps(steps=batch, created=len(write.new_steps))
 
     def update_step_sync(
@@ -925,7 +1034,6 @@ class OrmTraceStore:
         *,
         updates: Mapping[uuid.UUID, dict[str, Any]] | None = None,
         check: Callable[[Trace], None] | None = None,
-        prepare: Callable[[Sequence[StepCreate]], Sequence[StepCreate]] | None = None,
         complete: str | None = None,
         total_duration_ms: int | None = None,
         task: str | None = None,
@@ -936,9 +1044,7 @@ class OrmTraceStore:
         and send them in pieces, in any order (OTLP).
 
         An existing trace is locked and given to ``check``, which raises to refuse the write
-        before anything is written (someone else's trace, say). ``prepare``, when given, is
-        handed ``steps`` once the trace is locked (or stored) and returns the steps to add:
-        what waited for them under the trace's lock can join them. ``updates`` (step id →
+        before anything is written (someone else's trace, say). ``updates`` (step id →
         changes, as ``update_step`` takes them) are applied after the steps are added, to a
         finished trace too (its watchers are not told). ``complete`` (a final status)
         ends a running trace as ``complete_trace`` does, and ``task`` and ``agent_type``
@@ -961,27 +1067,72 @@ class OrmTraceStore:
             if stored is not trace and check is not None:
                 check(stored)
             write = _Write(stored)
-            batch = write.add(prepare(steps) if prepare is not None else steps)
+            batch = write.add(steps)
             for step_id, changes in updates.items():
                 write.update(step_id, changes)
-            running = stored.is_running
-            if running:
-                for name, value in (("task", task), ("agent_type", agent_type)):
-                    if value is not None and value != getattr(stored, name):
-                        setattr(stored, name, value)
-                        write.extra_trace_fields.add(name)
-                if write.extra_trace_fields:
-                    make_storable(stored)  # before its trace_completed event is made from it
-                if complete is not None:
-                    write.complete(complete, total_duration_ms)
+            write.end_or_rename(complete, total_duration_ms, task=task, agent_type=agent_type)
             write.save()
-        if write.new_steps:
-            logger.info("steps_added", trace_id=str(trace.id), count=len(write.new_steps))
-        if complete is not None and running:
-            logger.info("trace_completed", trace_id=str(trace.id), status=complete)
+        write.log()
         return AddedSteps(steps=batch, created=len(write.new_steps))
 
-    def open_traces_sync(self, traces: Sequence[NewTrace]) -> dict[uuid.UUID, DomainError]:
+    def add_to_traces_sync(
+        self,
+        traces: Sequence[TraceSteps],
+        *,
+        check: Callable[[Trace], None] | None = None,
+        prepare: Callable[[StepsByTrace], StepsByTrace] | None = None,
+    ) -> dict[uuid.UUID, AddedSteps | DomainError]:
+        """Add steps to several stored traces, as ``open_or_add_sync`` adds them to one, in the
+        caller's transaction: the traces locked in one query, in id order, the stored steps
+        their batches name looked up in one, and the writes of all stored together
+        (``_save_writes``). For the traces of one OTLP request that are stored already: their
+        spans took about ten queries a trace one by one (benchmarks/README.md,
+        "2026-12-05 20:10").
+
+        ``check`` is given each locked trace and raises to refuse it; ``prepare`` is given the
+        steps of the traces that passed, by trace id, under their locks, and returns the steps
+        to add. Returns, by trace id, what was added, or why the trace was refused (what
+        ``check`` raised, ``InvalidStep``, ``InvalidParent``, ``StepIdConflict``,
+        ``CostOutOfRange``, ``InvalidInput`` for a status that is not final): a refused trace
+        has nothing written and the others are stored. A trace that is not stored (deleted
+        since the caller looked) has no entry: it is the caller's to open."""
+        results: dict[uuid.UUID, AddedSteps | DomainError] = {}
+        by_id = {item.trace.id: item for item in traces}
+        with transaction.atomic():
+            locked = (
+                Trace.objects.select_for_update(of=("self",))
+                .select_related("user")
+                .filter(pk__in=list(by_id))
+                .order_by("pk")
+            )
+            passed: list[Trace] = []
+            for stored in locked:
+                try:
+                    if check is not None:
+                        check(stored)
+                except DomainError as exc:
+                    results[stored.id] = exc
+                    continue
+                passed.append(stored)
+            steps: StepsByTrace = {stored.id: by_id[stored.id].steps for stored in passed}
+            if prepare is not None:
+                steps = prepare(steps)
+            found = _look_up(steps)
+            writes: list[_Write] = []
+            for stored in passed:
+                try:
+                    write, batch = _write_to(stored, by_id[stored.id], steps, found)
+                except DomainError as exc:
+                    results[stored.id] = exc
+                    continue
+                writes.append(write)
+                results[stored.id] = AddedSteps(steps=batch, created=len(write.new_steps))
+            _save_writes(writes)
+        for write in writes:
+            write.log()
+        return results
+
+    def open_traces_sync(self, traces: Sequence[TraceSteps]) -> dict[uuid.UUID, DomainError]:
         """Open ``traces`` (new instances, each with its first steps, whose ids are derived
         from the trace's own: OTLP's), in the caller's transaction: one insert per table for
         all of them. For the many small traces of one request: a service's OTel SDK sends
@@ -1002,8 +1153,7 @@ class OrmTraceStore:
                 make_storable(new.trace)  # before its trace_completed event is made from it
                 write = _Write(new.trace, own_ids=True)
                 write.add(new.steps)
-                if new.complete is not None:
-                    write.complete(new.complete, new.total_duration_ms)
+                write.end_or_rename(new.complete, new.total_duration_ms)
                 _check_total_cost(new.trace)
             except DomainError as exc:
                 refused[new.trace.id] = exc
@@ -1012,12 +1162,8 @@ class OrmTraceStore:
         with transaction.atomic():
             _save_opening(writes)
         for write in writes:
-            trace = write.trace
-            _log_created(trace)
-            if write.new_steps:
-                logger.info("steps_added", trace_id=str(trace.id), count=len(write.new_steps))
-            if not trace.is_running:
-                logger.info("trace_completed", trace_id=str(trace.id), status=trace.status)
+            _log_created(write.trace)
+            write.log()
         return refused
 
     def _insert_or_lock(self, trace: Trace) -> Trace:
@@ -1046,7 +1192,7 @@ class OrmTraceStore:
             write = _Write(_locked_running_trace(trace_id))
             write.complete(status, total_duration_ms)
             write.save()
-        logger.info("trace_completed", trace_id=str(trace_id), status=status)
+        write.log()
         return write.trace
 
     async def create_trace(

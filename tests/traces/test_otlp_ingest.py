@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
+from collections.abc import Callable
 from decimal import Decimal
 from http import HTTPStatus
 from typing import Any
@@ -1116,25 +1117,16 @@ async def test_a_request_of_many_new_traces_stores_each_whole_and_refuses_one_al
         assert events == ["trace_completed"]
 
 
-def test_two_requests_opening_one_trace_at_once_store_all_its_spans(user):
-    """Two requests with spans of a trace that is not stored: the second finds no trace,
-    then waits to open it behind the first, which has opened it meanwhile; it adds its spans
-    to that trace instead, and neither request loses any."""
+def one_waits_on_the_other(first: Callable[[], Any], second: Callable[[], Any]) -> list[Any]:
+    """Run ``first`` in a transaction of its own, in a thread, and once it has run, ``second``
+    in another thread; ``first``'s transaction commits only once ``second`` waits on a lock
+    (which this confirms in ``pg_stat_activity``). Returns what each returned."""
     import threading
 
     from django.db import connection, transaction
 
-    from traces.otlp import Limits, request_spans
-    from traces.services import otlp_spans_ingest
-
-    spans = sdk_spans(openinference_agent)
-    first, second = spans[:2], spans[2:]
-    opened = threading.Event()
-    outcomes: dict[str, Any] = {}
-
-    def ingest(name: str, part: list[Any]) -> None:
-        batch = request_spans(export_request(part), limits=Limits.current())
-        outcomes[name] = otlp_spans_ingest(user=user, batch=batch)
+    done = threading.Event()
+    results: dict[str, Any] = {}
 
     def lock_waits() -> int:
         with connection.cursor() as cursor:
@@ -1144,35 +1136,54 @@ def test_two_requests_opening_one_trace_at_once_store_all_its_spans(user):
             )
             return cursor.fetchone()[0]
 
-    def first_request() -> None:
+    def run_first() -> None:
         try:
-            with transaction.atomic():  # holds the new trace's row until the second waits on it
-                ingest("first", first)
-                opened.set()
+            with transaction.atomic():  # holds its rows until the second waits on them
+                results["first"] = first()
+                done.set()
                 for _ in range(200):
                     if lock_waits():
                         break
                     threading.Event().wait(0.05)
                 else:
-                    outcomes["error"] = "the second request never waited for the first"
+                    results["error"] = "the second never waited for the first"
         finally:
             connection.close()
 
-    def second_request() -> None:
+    def run_second() -> None:
         try:
-            assert opened.wait(10)
-            ingest("second", second)
+            assert done.wait(10)
+            results["second"] = second()
         finally:
             connection.close()
 
-    threads = [threading.Thread(target=first_request), threading.Thread(target=second_request)]
+    threads = [threading.Thread(target=run_first), threading.Thread(target=run_second)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join(30)
-    assert "error" not in outcomes
-    assert (outcomes["first"].accepted, outcomes["second"].accepted) == (2, len(spans) - 2)
-    assert (outcomes["first"].rejected, outcomes["second"].rejected) == (0, 0)
+    assert "error" not in results
+    return [results["first"], results["second"]]
+
+
+def ingest_spans(user: Any, spans: list[Any]) -> Any:
+    from traces.otlp import Limits, request_spans
+    from traces.services import otlp_spans_ingest
+
+    batch = request_spans(export_request(spans), limits=Limits.current())
+    return otlp_spans_ingest(user=user, batch=batch)
+
+
+def test_two_requests_opening_one_trace_at_once_store_all_its_spans(user):
+    """Two requests with spans of a trace that is not stored: the second finds no trace,
+    then waits to open it behind the first, which has opened it meanwhile; it looks again
+    and adds its spans to that trace, and neither request loses any."""
+    spans = sdk_spans(openinference_agent)
+    first, second = one_waits_on_the_other(
+        lambda: ingest_spans(user, spans[:2]), lambda: ingest_spans(user, spans[2:])
+    )
+    assert (first.accepted, second.accepted) == (2, len(spans) - 2)
+    assert (first.rejected, second.rejected) == (0, 0)
     trace = Trace.objects.get()
     assert (trace.total_steps, trace.root_count, trace.status) == (
         len(spans),
@@ -1180,6 +1191,45 @@ def test_two_requests_opening_one_trace_at_once_store_all_its_spans(user):
         TraceStatus.COMPLETED,
     )
     assert trace.task == "What is 2+2?"
+
+
+def test_spans_of_a_trace_deleted_meanwhile_open_it_again(user):
+    """A trace deleted (by its owner or the admin) while a request of its spans runs: the
+    request finds it stored, then waits to lock it behind the delete and misses it; it looks
+    again and opens it with its spans."""
+    spans = sdk_spans(openinference_agent)
+    ingest_spans(user, spans[:2])
+    trace_id = trace_of(spans)
+    first, second = one_waits_on_the_other(
+        lambda: Trace.objects.filter(pk=trace_id).delete(), lambda: ingest_spans(user, spans[2:])
+    )
+    assert first[0] > 0
+    assert (second.accepted, second.rejected) == (len(spans) - 2, 0)
+    trace = Trace.objects.get()
+    assert (trace.total_steps, trace.status) == (len(spans) - 2, TraceStatus.COMPLETED)
+
+
+def test_a_trace_whose_span_s_step_id_is_taken_is_refused_alone(user):
+    """A span whose step id a step of another trace has (clients of the REST API choose
+    their step ids): its trace is refused, as partial success, and the request's other new
+    traces are stored."""
+    from traces.store import OrmTraceStore, StepCreate
+
+    spans = sdk_spans(lambda tracer: service_requests(tracer, count=3))
+    (victim,) = [span for span in spans if span.name == "POST /ask/1"]
+    OrmTraceStore().open_trace_sync(
+        Trace(user=user, task="recorded through the API"),
+        [StepCreate(step_type="action", id=step_of(victim))],
+    )
+    outcome = ingest_spans(user, spans)
+    assert (outcome.accepted, outcome.rejected) == (6, 3)
+    assert f"trace {trace_of([victim]).hex}: The spans cannot be stored" in outcome.message
+    assert not Trace.objects.filter(pk=trace_of([victim])).exists()
+    assert sorted(Trace.objects.values_list("task", "total_steps")) == [
+        ("POST /ask/0", 3),
+        ("POST /ask/2", 3),
+        ("recorded through the API", 1),
+    ]
 
 
 async def test_get_is_405(user):

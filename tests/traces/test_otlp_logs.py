@@ -5,7 +5,9 @@ input and output; bad input is refused as for spans."""
 
 from __future__ import annotations
 
+import functools
 import uuid
+from decimal import Decimal
 from http import HTTPStatus
 from typing import Any
 
@@ -14,6 +16,7 @@ from asgiref.sync import sync_to_async
 from django.test import AsyncClient
 from opentelemetry import trace as otel_trace
 from opentelemetry._logs import Logger
+from opentelemetry.trace import SpanKind
 
 from tests.traces.otlp_clients import (
     JSON,
@@ -29,7 +32,14 @@ from tests.traces.otlp_clients import (
     watching,
 )
 from tests.traces.test_export import export
-from tests.traces.test_otlp_ingest import rpc_status, step_of, token_for, trace_of
+from tests.traces.test_otlp_ingest import (
+    ingest_spans,
+    one_waits_on_the_other,
+    rpc_status,
+    step_of,
+    token_for,
+    trace_of,
+)
 from traces import selectors
 from traces.models import PendingLogEvents, Step, StepType, Trace, TraceStatus
 from traces.otlp_logs import with_log_events
@@ -597,3 +607,106 @@ async def test_a_trace_without_waiting_records_lists_none(user):
     assert '<div id="waiting-logs"></div>' in page
     document, _ = await export(browser, await Trace.objects.aget(pk=trace_of(spans)))
     assert "waiting_log_records" not in document
+
+
+def service_asking(tracer: otel_trace.Tracer, logger: Logger, *, count: int, costly: int) -> None:
+    """A service's ``count`` requests, each a trace: a server span over a model call whose
+    question is a log record; request ``costly``'s two spans cost more than a trace may hold."""
+    for index in range(count):
+        costs = {"gen_ai.usage.cost": 6e11} if index == costly else {}
+        with (
+            tracer.start_as_current_span(
+                f"POST /ask/{index}", kind=SpanKind.SERVER, attributes=costs
+            ),
+            tracer.start_as_current_span(
+                "chat",
+                attributes={"gen_ai.operation.name": "chat", "gen_ai.usage.cost": 0.001, **costs},
+            ),
+        ):
+            logger.emit(
+                event_name="gen_ai.user.message",
+                body={"content": f"Question {index}?"},
+                attributes=GENAI,
+            )
+
+
+async def test_the_spans_of_many_stored_traces_each_go_in_on_their_own_terms(user, other_user):
+    """A service's log records open its traces before their spans come, so the spans of its
+    20 traces, in one request, go to stored traces, added together: each takes its steps, its
+    record's question joining its model call. The one whose cost passes the limit is refused
+    alone, its record still waiting for it; the one another user's service opened first is
+    refused as theirs and left untouched."""
+    spans, records = sdk_spans_and_logs(functools.partial(service_asking, count=20, costly=7))
+    by_request = {
+        int(span.name.rsplit("/", 1)[1]): trace_of([span])
+        for span in spans
+        if span.name.startswith("POST /ask/")
+    }
+    theirs = [span for span in spans if trace_of([span]) == by_request[12]]
+    other = await token_for(other_user)
+    assert (await post_otlp(protobuf_body(theirs), token=other)).status_code == HTTPStatus.OK
+    token = await token_for(user)
+    response = await post_otlp(logs_body(records), token=token, path="/v1/logs")
+    assert partial_success(response, logs=True)[0] == 1  # trace 12's record: not the user's
+    assert await waiting_rows() == 19
+
+    response = await post_otlp(protobuf_body(spans), token=token)
+    assert response.status_code == HTTPStatus.OK, response.text
+    rejected, message = partial_success(response)
+    assert rejected == 4  # trace 7's two spans (their cost), trace 12's two (another user's)
+    assert "cost" in message
+    assert "belongs to another user" in message
+
+    @sync_to_async
+    def state() -> tuple[dict[int, Trace], dict[uuid.UUID, Step], list[uuid.UUID]]:
+        traces = {i: Trace.objects.get(pk=trace_id) for i, trace_id in by_request.items()}
+        chats = {step.trace_id: step for step in Step.objects.filter(name="chat")}
+        return traces, chats, list(PendingLogEvents.objects.values_list("trace_id", flat=True))
+
+    traces, chats, waiting = await state()
+    assert waiting == [by_request[7]]
+    assert (traces[7].total_steps, traces[7].status) == (0, TraceStatus.RUNNING)
+    assert (traces[12].user_id, traces[12].total_steps) == (other_user.id, 2)
+    assert "input" not in chats[by_request[12]].data
+    for index, trace in traces.items():
+        if index in (7, 12):
+            continue
+        assert (trace.status, trace.total_steps, trace.root_count) == (
+            TraceStatus.COMPLETED,
+            2,
+            1,
+        )
+        assert trace.total_cost == Decimal("0.00100000")
+        chat = chats[trace.id]
+        assert chat.data["input"] == [{"role": "user", "content": f"Question {index}?"}]
+        assert chat.depth == 1
+
+
+@pytest.mark.parametrize("records_first", [True, False], ids=["records first", "spans first"])
+def test_records_and_spans_opening_one_trace_at_once_meet(user, records_first):
+    """A request of a trace's log records and one of its spans, neither finding the trace
+    stored: the second waits to open it behind the first, then looks again and adds to what
+    the first stored. Either way the records reach their model call, none left waiting."""
+    from traces.otlp import Limits
+    from traces.otlp_logs import request_log_records
+    from traces.services import otlp_logs_ingest
+
+    spans, records = sdk_spans_and_logs(legacy_chat)
+
+    def records_in() -> Any:
+        batch = request_log_records(logs_request(records), limits=Limits.current())
+        return otlp_logs_ingest(user=user, batch=batch)
+
+    def spans_in() -> Any:
+        return ingest_spans(user, spans)
+
+    outcomes = one_waits_on_the_other(
+        *((records_in, spans_in) if records_first else (spans_in, records_in))
+    )
+    assert [(o.accepted, o.rejected) for o in outcomes] == (
+        [(3, 0), (2, 0)] if records_first else [(2, 0), (3, 0)]
+    )
+    chat = Step.objects.get(name="chat gpt-4o")
+    assert (chat.data["input"], chat.data["output"]) == (LEGACY_INPUT, LEGACY_OUTPUT)
+    assert not PendingLogEvents.objects.exists()
+    assert Trace.objects.get().status == TraceStatus.COMPLETED

@@ -14,10 +14,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from traces.exceptions import TraceNotFound
+from traces.exceptions import InvalidStep, TraceNotFound
 from traces.models import PendingLogEvents, Step, Trace, TraceEvent, TraceStatus
 from traces.selectors import trace_tree
-from traces.store import OrmTraceStore, StepCreate
+from traces.store import AddedSteps, OrmTraceStore, StepCreate, TraceSteps
 
 pytestmark = pytest.mark.django_db
 
@@ -378,7 +378,8 @@ def test_log_records_open_any_number_of_new_traces_in_the_same_queries(
     user, django_assert_num_queries
 ):
     """Log records that come before their spans (as exporters send them) open their new
-    traces together, however many, and wait in one insert; the spans then find them."""
+    traces together, however many, and wait in one insert; the spans then find them, and are
+    added to the stored traces together: a query for each trace's row, the rest shared."""
     from tests.traces.otlp_clients import export_request, logs_request, sdk_spans_and_logs
     from traces.otlp import Limits, request_spans
     from traces.otlp_logs import request_log_records
@@ -397,10 +398,61 @@ def test_log_records_open_any_number_of_new_traces_in_the_same_queries(
         with django_assert_num_queries(7):
             outcome = otlp_logs_ingest(user=user, batch=batch)
         assert (outcome.accepted, outcome.rejected) == (count, 0)
-        otlp_spans_ingest(
-            user=user, batch=request_spans(export_request(spans), limits=Limits.current())
-        )
+        # The spans then find their traces stored, and are added to them together: which
+        # are stored; the log records waiting for the roots, which came without an input
+        # (they name the traces); the lock of the traces, their waiting records, the look-up
+        # of re-sent and waiting steps; each trace's row; one insert of the steps, one of
+        # the traces' ends; the records that joined the steps deleted (savepoints around
+        # them).
+        batch = request_spans(export_request(spans), limits=Limits.current())
+        with django_assert_num_queries(12 + count):
+            outcome = otlp_spans_ingest(user=user, batch=batch)
+        assert (outcome.accepted, outcome.rejected) == (count, 0)
     assert not PendingLogEvents.objects.exists()
     steps = Step.objects.filter(trace__user=user)
     assert steps.count() == 42
     assert all(step.data["events"][0]["name"] == "gen_ai.user.message" for step in steps)
+    assert set(Trace.objects.values_list("task", "status")) == {("hi", TraceStatus.COMPLETED)}
+
+
+def test_steps_for_several_stored_traces_go_in_together_each_refused_alone(user, other_user):
+    """``add_to_traces_sync``: each trace is checked and written on its own terms: one takes
+    its steps, one refused by the check is not prepared, one whose batch is invalid keeps
+    what it had, and one that is not stored is left to the caller."""
+    store = OrmTraceStore()
+    mine, invalid, theirs = new_trace(user), new_trace(user), new_trace(other_user)
+    roots = {}
+    for trace in (mine, invalid, theirs):
+        roots[trace.id] = uuid.uuid4()
+        store.open_or_add_sync(trace, [span(roots[trace.id], None)])
+    before = {trace.id: tree_state(trace.id) for trace in (invalid, theirs)}
+    prepared: list[set[uuid.UUID]] = []
+
+    def check(stored: Trace) -> None:
+        if stored.user_id != user.id:
+            raise TraceNotFound("not yours")
+
+    def prepare(steps: Any) -> Any:
+        prepared.append(set(steps))
+        return steps
+
+    twice = span(uuid.uuid4(), roots[invalid.id])
+    results = store.add_to_traces_sync(
+        [
+            TraceSteps(trace=mine, steps=[span(uuid.uuid4(), roots[mine.id], tokens=2)]),
+            TraceSteps(trace=invalid, steps=[twice, twice]),
+            TraceSteps(trace=theirs, steps=[span(uuid.uuid4(), roots[theirs.id])]),
+            TraceSteps(trace=new_trace(user), steps=[span(uuid.uuid4(), None)]),
+        ],
+        check=check,
+        prepare=prepare,
+    )
+    assert prepared == [{mine.id, invalid.id}]
+    assert set(results) == {mine.id, invalid.id, theirs.id}
+    assert isinstance(results[mine.id], AddedSteps)
+    assert results[mine.id].created == 1
+    assert isinstance(results[invalid.id], InvalidStep)
+    assert isinstance(results[theirs.id], TraceNotFound)
+    assert tree_state(mine.id)["totals"][:3] == (2, 1, 2)
+    assert {trace_id: tree_state(trace_id) for trace_id in before} == before
+    assert Trace.objects.count() == 3
