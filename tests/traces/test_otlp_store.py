@@ -404,9 +404,9 @@ def test_log_records_open_any_number_of_new_traces_in_the_same_queries(
         # of re-sent and waiting steps; each trace's row; one insert of the steps, one of
         # the traces' ends; the records that joined the steps deleted (savepoints around
         # them).
-        batch = request_spans(export_request(spans), limits=Limits.current())
+        spans_batch = request_spans(export_request(spans), limits=Limits.current())
         with django_assert_num_queries(12 + count):
-            outcome = otlp_spans_ingest(user=user, batch=batch)
+            outcome = otlp_spans_ingest(user=user, batch=spans_batch)
         assert (outcome.accepted, outcome.rejected) == (count, 0)
     assert not PendingLogEvents.objects.exists()
     steps = Step.objects.filter(trace__user=user)
@@ -449,8 +449,9 @@ def test_steps_for_several_stored_traces_go_in_together_each_refused_alone(user,
     )
     assert prepared == [{mine.id, invalid.id}]
     assert set(results) == {mine.id, invalid.id, theirs.id}
-    assert isinstance(results[mine.id], AddedSteps)
-    assert results[mine.id].created == 1
+    added = results[mine.id]
+    assert isinstance(added, AddedSteps)
+    assert added.created == 1
     assert isinstance(results[invalid.id], InvalidStep)
     assert isinstance(results[theirs.id], TraceNotFound)
     assert tree_state(mine.id)["totals"][:3] == (2, 1, 2)
