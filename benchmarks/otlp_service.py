@@ -7,6 +7,7 @@ Run from the repository root::
     .venv/bin/python benchmarks/otlp_service.py --requests 2048 --spans-per-request 1
     .venv/bin/python benchmarks/otlp_service.py --redis               # the Redis channel layer
     .venv/bin/python benchmarks/otlp_service.py --logs                # with GenAI log records
+    .venv/bin/python benchmarks/otlp_service.py --logs after          # sent after the spans
     .venv/bin/python benchmarks/otlp_service.py --at-once 100         # 100 requests at a time
 
 The service's requests are traces of ``--spans-per-request`` spans (a server span over a model
@@ -90,17 +91,23 @@ def send(
     requests: int,
     per: int,
     one: bool,
-    logs: bool = False,
+    logs: str | None = None,
     at_once: int = 1,
 ) -> Sent:
     """Emit ``requests`` requests of ``per`` spans each, as traces of their own or (``one``)
     all under one root span, ``at_once`` served at a time, and flush them through the SDK to
     ``endpoint``; with ``logs``, each model call's prompt and answer as GenAI log records too,
-    flushed first (records are emitted while their span runs, and so are sent before it)."""
+    sent ``first`` (records are emitted while their span runs, and the SDK sends them every
+    second, its spans every five) or ``after`` the spans."""
     from opentelemetry._logs import LogRecord
     from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
     from opentelemetry.sdk._logs import LoggerProvider
-    from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
+    from opentelemetry.sdk._logs.export import (
+        BatchLogRecordProcessor,
+        InMemoryLogRecordExporter,
+        LogRecordExportResult,
+        SimpleLogRecordProcessor,
+    )
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
@@ -122,13 +129,21 @@ def send(
     log_provider = LoggerProvider(
         resource=Resource.create({"service.name": service}), shutdown_on_exit=False
     )
-    log_processor = BatchLogRecordProcessor(
-        OTLPLogExporter(
-            endpoint=endpoint.replace("/v1/traces", "/v1/logs"), headers=headers, timeout=120
-        ),
-        max_queue_size=max(512, requests * 4),
-        max_export_batch_size=512,
-        export_timeout_millis=120_000,
+    log_exporter = OTLPLogExporter(
+        endpoint=endpoint.replace("/v1/traces", "/v1/logs"), headers=headers, timeout=120
+    )
+    # Sent after the spans: held until they are flushed (a batch processor would send them
+    # as they come, mostly before the spans), then in batches of 512 as the SDK sends them.
+    held = InMemoryLogRecordExporter()
+    log_processor = (
+        SimpleLogRecordProcessor(held)
+        if logs == "after"
+        else BatchLogRecordProcessor(
+            log_exporter,
+            max_queue_size=max(512, requests * 4),
+            max_export_batch_size=512,
+            export_timeout_millis=120_000,
+        )
     )
     log_provider.add_log_record_processor(log_processor)
     logger = log_provider.get_logger("benchmark.service")
@@ -181,6 +196,10 @@ def send(
         raise RuntimeError("the flush of the log records did not finish")
     if not processor.force_flush(timeout_millis=600_000):
         raise RuntimeError("the flush did not finish")
+    records = held.get_finished_logs()
+    for first in range(0, len(records), 512):
+        if log_exporter.export(records[first : first + 512]) != LogRecordExportResult.SUCCESS:
+            raise RuntimeError("a batch of log records was not taken")
     ingest_s = time.perf_counter() - flush_started
     provider.shutdown()
     log_provider.shutdown()
@@ -204,8 +223,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument(
         "--logs",
-        action="store_true",
-        help="each model call's prompt and answer as GenAI log records too (sent first)",
+        nargs="?",
+        const="first",
+        choices=["first", "after"],
+        help="each model call's prompt and answer as GenAI log records too, sent first (as "
+        "the SDK sends them) or after the spans",
     )
     parser.add_argument(
         "--at-once",
@@ -235,7 +257,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{args.requests} requests of {per} spans ({args.requests * per} spans), on the "
         f"{'Redis' if args.redis else 'in-memory'} channel layer"
         + (f", {args.at_once} served at a time" if args.at_once > 1 else "")
-        + (", each model call's prompt and answer as log records" if args.logs else "")
+        + (
+            f", each model call's prompt and answer as log records sent {args.logs}"
+            if args.logs
+            else ""
+        )
     )
     shapes = {"a trace per request": False, "one trace (baseline)": True}
     runs: dict[str, list[Sent]] = {name: [] for name in shapes}

@@ -38,7 +38,7 @@ from traces.otlp import (
     task_of,
 )
 from traces.otlp_logs import LogBatch, TraceLogs, request_log_records, with_log_events
-from traces.store import AddedSteps, StepCreate, TraceSteps, get_trace_store
+from traces.store import AddedSteps, TraceSteps, WritesByTrace, get_trace_store
 
 logger = structlog.get_logger(__name__)
 
@@ -370,14 +370,12 @@ class _WaitingRecords:
     def __init__(self) -> None:
         self._rows: dict[uuid.UUID, list[int]] = defaultdict(list)
 
-    def join(
-        self, steps: Mapping[uuid.UUID, Sequence[StepCreate]]
-    ) -> dict[uuid.UUID, Sequence[StepCreate]]:
-        """``steps`` (by trace id) with the events of the records that wait for them in their
-        data: one query for all the traces."""
-        step_ids = [step.id for trace_steps in steps.values() for step in trace_steps]
+    def join(self, items: WritesByTrace) -> dict[uuid.UUID, TraceSteps]:
+        """``items`` (by trace id) with the events of the records that wait for their steps in
+        the steps' data: one query for all the traces."""
+        step_ids = [step.id for item in items.values() for step in item.steps]
         waiting = (
-            PendingLogEvents.objects.filter(trace_id__in=list(steps), step_id__in=step_ids)
+            PendingLogEvents.objects.filter(trace_id__in=list(items), step_id__in=step_ids)
             .order_by("pk")
             .values_list("pk", "trace_id", "step_id", "events")
         )
@@ -386,21 +384,24 @@ class _WaitingRecords:
             self._rows[trace_id].append(pk)
             events[trace_id, step_id] += step_events
         if not events:
-            return dict(steps)
+            return dict(items)
         max_events = Limits.current().max_events
         return {
-            trace_id: [
-                replace(
-                    step,
-                    data=with_log_events(
-                        step.data, events[trace_id, step.id], max_events=max_events
-                    ),
-                )
-                if (trace_id, step.id) in events
-                else step
-                for step in trace_steps
-            ]
-            for trace_id, trace_steps in steps.items()
+            trace_id: replace(
+                item,
+                steps=[
+                    replace(
+                        step,
+                        data=with_log_events(
+                            step.data, events[trace_id, step.id], max_events=max_events
+                        ),
+                    )
+                    if (trace_id, step.id) in events
+                    else step
+                    for step in item.steps
+                ],
+            )
+            for trace_id, item in items.items()
         }
 
     def taken(self, trace_ids: Sequence[uuid.UUID]) -> None:
@@ -459,49 +460,80 @@ def _open_logs(user: Any, batch: LogBatch, traces: list[TraceLogs]) -> Handled:
 
 
 def _add_logs(user: Any, batch: LogBatch, traces: list[TraceLogs]) -> Handled:
-    """Add the records of ``traces`` one trace at a time, each locked (or opened, when it is
-    not stored) and checked to be ``user``'s: to the steps of their spans that are stored,
-    waiting for the others."""
-    store = get_trace_store()
-    check = functools.partial(_owned_otlp_trace, user=user)
-    max_events = Limits.current().max_events
-    foreign = 0
-    for logs in traces:
-        trace_id = logs.trace_id
-        new_trace = _new_otlp_trace(
-            trace_id, user=user, service=logs.service, resource=logs.resource
+    """Add the records of the stored ``traces`` together (``add_to_traces_sync``: one lock,
+    one read of the steps they join and one insert of those that wait, for them all), each
+    trace checked to be ``user``'s: to the steps of their spans that are stored, waiting for
+    the others. The traces deleted since the caller looked are handed back (they are opened
+    again)."""
+    records = _RecordsIntoSteps(traces)
+    results = get_trace_store().add_to_traces_sync(
+        [
+            TraceSteps(
+                trace=_new_otlp_trace(
+                    logs.trace_id, user=user, service=logs.service, resource=logs.resource
+                ),
+                steps=[],
+            )
+            for logs in traces
+        ],
+        check=functools.partial(_owned_otlp_trace, user=user),
+        prepare=records.join,
+    )
+    records.wait(
+        [trace_id for trace_id, result in results.items() if isinstance(result, AddedSteps)]
+    )
+    by_id = {logs.trace_id: logs for logs in traces}
+    foreign = sum(
+        _refused(batch, result, otel_trace_id=trace_id.hex, count=by_id[trace_id].count)
+        for trace_id, result in results.items()
+        if isinstance(result, DomainError)
+    )
+    return foreign, [logs.trace_id for logs in traces if logs.trace_id not in results]
+
+
+class _RecordsIntoSteps:
+    """A request's log records for stored traces: those whose span is stored join its step's
+    data (``join``, the store's ``prepare``: read under the traces' locks, as the spans read
+    the records that wait), the others wait for their span (``wait``, once the store has
+    taken the traces)."""
+
+    def __init__(self, traces: Sequence[TraceLogs]) -> None:
+        self._logs = {logs.trace_id: logs for logs in traces}
+        self._stored: dict[uuid.UUID, set[uuid.UUID]] = defaultdict(set)
+
+    def join(self, items: WritesByTrace) -> dict[uuid.UUID, TraceSteps]:
+        """``items`` (by trace id) with the changes of the data of the stored steps that the
+        traces' records name: one query for all the traces."""
+        step_ids = [step_id for trace_id in items for step_id in self._logs[trace_id].events]
+        stored = (
+            Step.objects.filter(trace_id__in=list(items), pk__in=step_ids)
+            .order_by()
+            .values_list("trace_id", "pk", "data")
         )
-        try:
-            with transaction.atomic():
-                # The trace locked (or opened) first: its steps are read, and the records
-                # that wait are written, under its lock (``otlp_spans_ingest`` reads them
-                # under it).
-                store.open_or_add_sync(new_trace, [], check=check)
-                stored = dict(
-                    Step.objects.filter(trace_id=trace_id, pk__in=list(logs.events))
-                    .order_by()
-                    .values_list("pk", "data")
-                )
-                if stored:
-                    updates = {
-                        step_id: {
-                            "data": with_log_events(
-                                data, logs.events[step_id], max_events=max_events
-                            )
-                        }
-                        for step_id, data in stored.items()
-                    }
-                    store.open_or_add_sync(new_trace, [], updates=updates, check=check)
-                PendingLogEvents.objects.bulk_create(
-                    PendingLogEvents(
-                        trace_id=trace_id,
-                        step_id=step_id,
-                        span_id=logs.span_ids[step_id],
-                        events=events,
-                    )
-                    for step_id, events in logs.events.items()
-                    if step_id not in stored
-                )
-        except DomainError as exc:
-            foreign += _refused(batch, exc, otel_trace_id=trace_id.hex, count=logs.count)
-    return foreign, []
+        max_events = Limits.current().max_events
+        updates: dict[uuid.UUID, dict[uuid.UUID, dict[str, Any]]] = defaultdict(dict)
+        for trace_id, step_id, data in stored:
+            self._stored[trace_id].add(step_id)
+            events = self._logs[trace_id].events[step_id]
+            updates[trace_id][step_id] = {
+                "data": with_log_events(data, events, max_events=max_events)
+            }
+        return {
+            trace_id: replace(item, updates=updates[trace_id]) if trace_id in updates else item
+            for trace_id, item in items.items()
+        }
+
+    def wait(self, trace_ids: Sequence[uuid.UUID]) -> None:
+        """Store the records of ``trace_ids`` whose span is not stored, to wait for it: one
+        insert."""
+        PendingLogEvents.objects.bulk_create(
+            PendingLogEvents(
+                trace_id=trace_id,
+                step_id=step_id,
+                span_id=self._logs[trace_id].span_ids[step_id],
+                events=events,
+            )
+            for trace_id in trace_ids
+            for step_id, events in self._logs[trace_id].events.items()
+            if step_id not in self._stored[trace_id]
+        )

@@ -139,10 +139,15 @@ class TraceSteps:
     total_duration_ms: int | None = None
     task: str | None = None
     agent_type: str | None = None
+    #: Changes to stored steps of a stored trace (step id -> changes, as ``update_step``
+    #: takes them), applied after the steps are added.
+    updates: Mapping[uuid.UUID, dict[str, Any]] = field(default_factory=dict)
 
 
 #: A write's new steps, by the id of their trace.
 StepsByTrace = Mapping[uuid.UUID, Sequence[StepCreate]]
+#: What a write of several traces writes to each, by trace id.
+WritesByTrace = Mapping[uuid.UUID, TraceSteps]
 
 #: What one look-up (``_look_up``) found for a trace's batch: the stored steps among its ids
 #: and the parents it names, by id, and the stored steps of the trace that wait for a parent.
@@ -200,7 +205,7 @@ class TraceStore(Protocol):
         traces: Sequence[TraceSteps],
         *,
         check: Callable[[Trace], None] | None = None,
-        prepare: Callable[[StepsByTrace], StepsByTrace] | None = None,
+        prepare: Callable[[WritesByTrace], WritesByTrace] | None = None,
     ) -> dict[uuid.UUID, AddedSteps | DomainError]: ...
 
     def complete_trace_sync(
@@ -388,8 +393,16 @@ class _Write:
     Storing a copy doubled the rows a batch writes: ``benchmarks/otlp_ingest.py``'s 10,000
     spans took 8.2-9.4 s to store in-process with it, 5.1-5.9 s without)."""
 
-    def __init__(self, trace: Trace, *, own_ids: bool = False) -> None:
+    def __init__(
+        self,
+        trace: Trace,
+        *,
+        own_ids: bool = False,
+        loaded: Mapping[uuid.UUID, Step] | None = None,
+    ) -> None:
         self.trace = trace
+        #: Stored steps of the trace that ``update`` may change, loaded already (by id).
+        self._loaded = dict(loaded or {})
         #: The write opens the trace and its step ids are derived from the trace's id (OTLP's):
         #: no stored step can have them or wait for them, so ``add`` looks nothing up.
         self.own_ids = own_ids
@@ -673,7 +686,9 @@ class _Write:
 
     def _stored(self, step_id: uuid.UUID) -> Step:
         """A stored step of the trace, as it will stand once this write's rollups are in."""
-        step = Step.objects.for_trace(self.trace).filter(pk=step_id).first()
+        step = self._loaded.pop(step_id, None)
+        if step is None:
+            step = Step.objects.for_trace(self.trace).filter(pk=step_id).first()
         if step is None:
             raise StepNotFound(f"Step {step_id} does not exist in trace {self.trace.id}.")
         self._moved_path(step)
@@ -888,16 +903,31 @@ def _look_up(batches: StepsByTrace) -> dict[uuid.UUID, _Found]:
     }
 
 
+def _to_change(items: WritesByTrace) -> dict[uuid.UUID, dict[uuid.UUID, Step]]:
+    """The stored steps that ``items`` change, by trace id and step id: one query for all."""
+    step_ids = [step_id for item in items.values() for step_id in item.updates]
+    if not step_ids:
+        return {}
+    changed: dict[uuid.UUID, dict[uuid.UUID, Step]] = defaultdict(dict)
+    for step in Step.objects.filter(trace_id__in=list(items), pk__in=step_ids).order_by():
+        changed[step.trace_id][step.id] = step
+    return changed
+
+
 def _write_to(
-    stored: Trace, item: TraceSteps, steps: StepsByTrace, found: Mapping[uuid.UUID, _Found]
+    stored: Trace, item: TraceSteps, found: _Found, changed: Mapping[uuid.UUID, Step]
 ) -> tuple[_Write, list[Step]]:
-    """The write of ``item`` to its ``stored`` trace (locked), with its steps as ``steps``
-    has them and the stored steps they name as ``found`` has them, and the batch's steps;
-    raises what refuses it."""
+    """The write of ``item`` to its ``stored`` trace (locked), the stored steps its batch
+    names as ``found`` has them and those it changes as ``changed`` has them; returns it with
+    the batch's steps, or raises what refuses it."""
     if item.complete is not None:
         _check_final(item.complete)
-    write = _Write(stored)
-    batch = write.add(steps[stored.id], found[stored.id])
+    for changes in item.updates.values():
+        _check_changes(changes)
+    write = _Write(stored, loaded=changed)
+    batch = write.add(item.steps, found)
+    for step_id, changes in item.updates.items():
+        write.update(step_id, changes)
     write.end_or_rename(
         item.complete, item.total_duration_ms, task=item.task, agent_type=item.agent_type
     )
@@ -1080,7 +1110,7 @@ class OrmTraceStore:
         traces: Sequence[TraceSteps],
         *,
         check: Callable[[Trace], None] | None = None,
-        prepare: Callable[[StepsByTrace], StepsByTrace] | None = None,
+        prepare: Callable[[WritesByTrace], WritesByTrace] | None = None,
     ) -> dict[uuid.UUID, AddedSteps | DomainError]:
         """Add steps to several stored traces, as ``open_or_add_sync`` adds them to one, in the
         caller's transaction: the traces locked in one query, in id order, the stored steps
@@ -1089,13 +1119,15 @@ class OrmTraceStore:
         spans took about ten queries a trace one by one (benchmarks/README.md,
         "2026-12-05 20:10").
 
-        ``check`` is given each locked trace and raises to refuse it; ``prepare`` is given the
-        steps of the traces that passed, by trace id, under their locks, and returns the steps
-        to add. Returns, by trace id, what was added, or why the trace was refused (what
-        ``check`` raised, ``InvalidStep``, ``InvalidParent``, ``StepIdConflict``,
-        ``CostOutOfRange``, ``InvalidInput`` for a status that is not final): a refused trace
-        has nothing written and the others are stored. A trace that is not stored (deleted
-        since the caller looked) has no entry: it is the caller's to open."""
+        ``check`` is given each locked trace and raises to refuse it; ``prepare`` is given what
+        is to be written to the traces that passed, by trace id, under their locks, and returns
+        what to write (the steps to add, the changes of stored steps: ``TraceSteps.updates``,
+        whose steps are loaded in one query). Returns, by trace id, what was added, or why the
+        trace was refused (what ``check`` raised, ``InvalidStep``, ``InvalidParent``,
+        ``StepIdConflict``, ``StepNotFound``, ``CostOutOfRange``, ``InvalidInput`` for a status
+        that is not final): a refused trace has nothing written and the others are stored. A
+        trace that is not stored (deleted since the caller looked) has no entry: it is the
+        caller's to open."""
         results: dict[uuid.UUID, AddedSteps | DomainError] = {}
         by_id = {item.trace.id: item for item in traces}
         with transaction.atomic():
@@ -1114,14 +1146,17 @@ class OrmTraceStore:
                     results[stored.id] = exc
                     continue
                 passed.append(stored)
-            steps: StepsByTrace = {stored.id: by_id[stored.id].steps for stored in passed}
+            items: WritesByTrace = {stored.id: by_id[stored.id] for stored in passed}
             if prepare is not None:
-                steps = prepare(steps)
-            found = _look_up(steps)
+                items = prepare(items)
+            found = _look_up({trace_id: item.steps for trace_id, item in items.items()})
+            changed = _to_change(items)
             writes: list[_Write] = []
             for stored in passed:
                 try:
-                    write, batch = _write_to(stored, by_id[stored.id], steps, found)
+                    write, batch = _write_to(
+                        stored, items[stored.id], found[stored.id], changed.get(stored.id, {})
+                    )
                 except DomainError as exc:
                     results[stored.id] = exc
                     continue

@@ -710,3 +710,38 @@ def test_records_and_spans_opening_one_trace_at_once_meet(user, records_first):
     assert (chat.data["input"], chat.data["output"]) == (LEGACY_INPUT, LEGACY_OUTPUT)
     assert not PendingLogEvents.objects.exists()
     assert Trace.objects.get().status == TraceStatus.COMPLETED
+
+
+async def test_records_after_the_spans_of_many_traces_each_go_in_on_their_own_terms(
+    user, other_user
+):
+    """The records of 20 stored traces, in one request, after their spans: added together,
+    each joins its model call; the one whose trace another user's service sent is refused
+    as theirs, and that trace is left untouched."""
+    spans, records = sdk_spans_and_logs(functools.partial(service_asking, count=20, costly=-1))
+    foreign = trace_of([next(s for s in spans if s.name == "POST /ask/12")])
+    theirs = [span for span in spans if trace_of([span]) == foreign]
+    token = await token_for(user)
+    assert (
+        await post_otlp(protobuf_body(theirs), token=await token_for(other_user))
+    ).status_code == 200
+    mine = [span for span in spans if trace_of([span]) != foreign]
+    assert (await post_otlp(protobuf_body(mine), token=token)).status_code == HTTPStatus.OK
+
+    response = await post_otlp(logs_body(records), token=token, path="/v1/logs")
+    assert response.status_code == HTTPStatus.OK, response.text
+    rejected, message = partial_success(response, logs=True)
+    assert rejected == 1
+    assert "belongs to another user" in message
+    assert await waiting_rows() == 0
+
+    @sync_to_async
+    def chats() -> dict[uuid.UUID, Step]:
+        return {step.trace_id: step for step in Step.objects.filter(name="chat")}
+
+    stored = await chats()
+    assert "input" not in stored[foreign].data
+    asked = {
+        step.data["input"][0]["content"] for trace_id, step in stored.items() if trace_id != foreign
+    }
+    assert asked == {f"Question {index}?" for index in range(20) if index != 12}

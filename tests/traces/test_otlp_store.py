@@ -457,3 +457,46 @@ def test_steps_for_several_stored_traces_go_in_together_each_refused_alone(user,
     assert tree_state(mine.id)["totals"][:3] == (2, 1, 2)
     assert {trace_id: tree_state(trace_id) for trace_id in before} == before
     assert Trace.objects.count() == 3
+
+
+def test_log_records_for_any_number_of_stored_traces_go_in_together(
+    user, django_assert_num_queries
+):
+    """Log records that come after their spans join their steps, the traces' writes
+    together: a query for each trace's row and one for its changed step, the rest shared."""
+    from tests.traces.otlp_clients import export_request, logs_request, sdk_spans_and_logs
+    from traces.otlp import Limits, request_spans
+    from traces.otlp_logs import request_log_records
+    from traces.services import otlp_logs_ingest, otlp_spans_ingest
+
+    def calls(tracer: Any, logger: Any, count: int) -> None:
+        from opentelemetry._logs import LogRecord
+
+        for index in range(count):
+            with tracer.start_as_current_span(f"agent {index}"):
+                with tracer.start_as_current_span("chat"):
+                    logger.emit(
+                        LogRecord(body={"content": f"hi {index}"}, event_name="gen_ai.user.message")
+                    )
+                # A span still running when its record is sent: the record waits for it.
+                with tracer.start_as_current_span("tool"):
+                    logger.emit(LogRecord(body={"n": index}, event_name="progress"))
+
+    for count in (2, 40):
+        spans, records = sdk_spans_and_logs(functools.partial(calls, count=count))
+        sent = [span for span in spans if span.name != "tool"]
+        otlp_spans_ingest(
+            user=user, batch=request_spans(export_request(sent), limits=Limits.current())
+        )
+        batch = request_log_records(logs_request(records), limits=Limits.current())
+        # Which traces are stored; the lock of the traces, the steps the records name; the
+        # look-up of those to change; each trace's row and its changed step; one insert of
+        # the records that wait (savepoints around them).
+        with django_assert_num_queries(9 + 2 * count):
+            outcome = otlp_logs_ingest(user=user, batch=batch)
+        assert (outcome.accepted, outcome.rejected) == (2 * count, 0)
+        assert PendingLogEvents.objects.count() == count
+        PendingLogEvents.objects.all().delete()
+    chats = Step.objects.filter(name="chat")
+    assert chats.count() == 42
+    assert all(chat.data["input"][0]["content"].startswith("hi ") for chat in chats)
