@@ -181,7 +181,7 @@ def _in_runs(
     ``IntegrityError``), one deleted by the lock that misses it, and the run's handler hands
     them back to be looked at again, before the next run (each time at least one of them has
     become stored or gone)."""
-    found = set(Trace.objects.filter(pk__in=list(traces)).values_list("pk", flat=True))
+    found = _stored_ids(list(traces))
     total = 0
     for is_new, run in itertools.groupby(sorted(traces), key=lambda t: t not in found):
         items = [traces[trace_id] for trace_id in run]
@@ -192,13 +192,18 @@ def _in_runs(
     return total
 
 
+def _stored_ids(trace_ids: list[uuid.UUID]) -> set[uuid.UUID]:
+    """Which of ``trace_ids`` are stored (unlocked)."""
+    return set(Trace.objects.filter(pk__in=trace_ids).values_list("pk", flat=True))
+
+
 def _look_again(trace_ids: list[uuid.UUID]) -> bool:
     """After the insert that opens the traces ``trace_ids`` together failed: whether to look
     at them again, one by one (``_in_runs``). Yes when they are several (another request
     opened one of them meanwhile, or one of them cannot be stored: alone, each is stored,
     opened or found at fault), or when the one is stored now. No for one that is still not
     stored: it failed for a reason of its own."""
-    return len(trace_ids) > 1 or Trace.objects.filter(pk=trace_ids[0]).exists()
+    return len(trace_ids) > 1 or bool(_stored_ids(trace_ids))
 
 
 def _first_line(exc: Exception) -> str:
@@ -240,15 +245,29 @@ def _add_spans(user: Any, batch: SpanBatch, traces: list[TraceSpans]) -> Handled
         check=functools.partial(_owned_otlp_trace, user=user),
         prepare=waiting.join,
     )
-    waiting.taken(
-        [trace_id for trace_id, result in results.items() if isinstance(result, AddedSteps)]
-    )
+    waiting.taken(_taken(results))
+    return _handled(batch, results, {spans.trace_id: len(spans.steps) for spans in traces})
+
+
+def _taken(results: Mapping[uuid.UUID, AddedSteps | DomainError]) -> list[uuid.UUID]:
+    """The traces that ``add_to_traces_sync`` took (it returned what it added)."""
+    return [trace_id for trace_id, result in results.items() if isinstance(result, AddedSteps)]
+
+
+def _handled(
+    batch: Refusals,
+    results: Mapping[uuid.UUID, AddedSteps | DomainError],
+    counts: Mapping[uuid.UUID, int],
+) -> Handled:
+    """What ``add_to_traces_sync``'s ``results`` for traces of ``counts`` items each (by
+    trace id) come to: the refused traces' items counted in ``batch``, and the traces that
+    are no longer stored, to be looked at again."""
     foreign = sum(
-        _refused(batch, result, otel_trace_id=trace_id.hex, count=len(batch.traces[trace_id].steps))
+        _refused(batch, result, otel_trace_id=trace_id.hex, count=counts[trace_id])
         for trace_id, result in results.items()
         if isinstance(result, DomainError)
     )
-    return foreign, [spans.trace_id for spans in traces if spans.trace_id not in results]
+    return foreign, [trace_id for trace_id in counts if trace_id not in results]
 
 
 def _spans_write(spans: TraceSpans, user: Any, task: str | None) -> TraceSteps:
@@ -413,10 +432,11 @@ class _WaitingRecords:
 
 def otlp_logs_ingest(*, user: Any, batch: LogBatch) -> IngestOutcome:
     """Store ``batch`` (a request's log records, decoded by ``traces.otlp_logs``) for
-    ``user``: each record joins the events of its span's step (``with_log_events``), in one
-    store write per trace; the records of a span not stored yet wait for it
-    (``PendingLogEvents``). The traces that do not exist yet are opened together as
-    ``user``'s (their spans fill them), with their records waiting in one insert. One
+    ``user``: each record joins the events of its span's step (``with_log_events``), the
+    traces that exist written together (``add_to_traces_sync``); the records of a span not
+    stored yet wait for it (``PendingLogEvents``). The traces that do not exist yet are opened
+    together as ``user``'s (their spans fill them), with their records waiting in one insert.
+    One
     transaction, the traces locked or opened in id order; a trace the store refuses
     (another user's, one not recorded over OTLP) has all its records rejected and nothing
     written, as ``otlp_spans_ingest`` does."""
@@ -433,17 +453,8 @@ def _open_logs(user: Any, batch: LogBatch, traces: list[TraceLogs]) -> Handled:
     """Open the new ``traces`` together (with no steps, none is refused), every record of
     theirs waiting for its span; all of them to be looked at again when one was opened in
     the meantime."""
-    opening = [
-        TraceSteps(
-            trace=_new_otlp_trace(
-                logs.trace_id, user=user, service=logs.service, resource=logs.resource
-            ),
-            steps=[],
-        )
-        for logs in traces
-    ]
     try:
-        get_trace_store().open_traces_sync(opening)
+        get_trace_store().open_traces_sync([_logs_write(logs, user) for logs in traces])
     except IntegrityError:
         ids = [logs.trace_id for logs in traces]
         if _look_again(ids):
@@ -467,28 +478,23 @@ def _add_logs(user: Any, batch: LogBatch, traces: list[TraceLogs]) -> Handled:
     again)."""
     records = _RecordsIntoSteps(traces)
     results = get_trace_store().add_to_traces_sync(
-        [
-            TraceSteps(
-                trace=_new_otlp_trace(
-                    logs.trace_id, user=user, service=logs.service, resource=logs.resource
-                ),
-                steps=[],
-            )
-            for logs in traces
-        ],
+        [_logs_write(logs, user) for logs in traces],
         check=functools.partial(_owned_otlp_trace, user=user),
         prepare=records.join,
     )
-    records.wait(
-        [trace_id for trace_id, result in results.items() if isinstance(result, AddedSteps)]
+    records.wait(_taken(results))
+    return _handled(batch, results, {logs.trace_id: logs.count for logs in traces})
+
+
+def _logs_write(logs: TraceLogs, user: Any) -> TraceSteps:
+    """What ``logs`` write to their trace through the store: no step (they change steps,
+    ``_RecordsIntoSteps``), and the trace they open when it is new."""
+    return TraceSteps(
+        trace=_new_otlp_trace(
+            logs.trace_id, user=user, service=logs.service, resource=logs.resource
+        ),
+        steps=[],
     )
-    by_id = {logs.trace_id: logs for logs in traces}
-    foreign = sum(
-        _refused(batch, result, otel_trace_id=trace_id.hex, count=by_id[trace_id].count)
-        for trace_id, result in results.items()
-        if isinstance(result, DomainError)
-    )
-    return foreign, [logs.trace_id for logs in traces if logs.trace_id not in results]
 
 
 class _RecordsIntoSteps:

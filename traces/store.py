@@ -27,7 +27,7 @@ from typing import Any, Protocol
 import structlog
 from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import transaction
 from django.db.models import Case, F, Q, UUIDField, Value, When
 from django.utils import timezone
 from django.utils.module_loading import import_string
@@ -185,19 +185,6 @@ class TraceStore(Protocol):
 
     def add_feedback_sync(self, trace_id: uuid.UUID, step: StepCreate) -> Step: ...
 
-    def open_or_add_sync(
-        self,
-        trace: Trace,
-        steps: Sequence[StepCreate],
-        *,
-        updates: Mapping[uuid.UUID, dict[str, Any]] | None = None,
-        check: Callable[[Trace], None] | None = None,
-        complete: str | None = None,
-        total_duration_ms: int | None = None,
-        task: str | None = None,
-        agent_type: str | None = None,
-    ) -> AddedSteps: ...
-
     def open_traces_sync(self, traces: Sequence[TraceSteps]) -> dict[uuid.UUID, DomainError]: ...
 
     def add_to_traces_sync(
@@ -313,19 +300,15 @@ def _locked_running_trace(trace_id: uuid.UUID) -> Trace:
 
 def _locked_trace(trace_id: uuid.UUID) -> Trace:
     """The trace (with its user), locked until the transaction ends; ``TraceNotFound``."""
-    trace = _locked_trace_or_none(trace_id)
-    if trace is None:
-        raise TraceNotFound(f"Trace {trace_id} does not exist.")
-    return trace
-
-
-def _locked_trace_or_none(trace_id: uuid.UUID) -> Trace | None:
-    return (
+    trace = (
         Trace.objects.select_for_update(of=("self",))
         .select_related("user")
         .filter(pk=trace_id)
         .first()
     )
+    if trace is None:
+        raise TraceNotFound(f"Trace {trace_id} does not exist.")
+    return trace
 
 
 def _live_output(data: Any) -> Any:
@@ -946,7 +929,9 @@ def _save_writes(writes: Sequence[_Write]) -> None:
         return
     for write in writes:
         # An update per trace: Django's ``bulk_update`` of a hundred traces' rows (a CASE per
-        # field and trace) took longer to build than the hundred updates to run.
+        # field and trace) took longer to build than the hundred updates to run (py-spy on
+        # ``otlp_service.py --logs``, 2,000 traces and their one-trace baseline: 5.5 s of the
+        # 37.6 s spent storing them went to building it).
         write.trace.save(update_fields=[*_TRACE_FIELDS, *sorted(write.extra_trace_fields)])
         write._save_rollups()
     Step.objects.bulk_create([step for write in writes for step in write.new_steps.values()])
@@ -1057,54 +1042,6 @@ class OrmTraceStore:
         logger.info("feedback_added", trace_id=str(trace_id), step_id=str(added.id))
         return added
 
-    def open_or_add_sync(
-        self,
-        trace: Trace,
-        steps: Sequence[StepCreate],
-        *,
-        updates: Mapping[uuid.UUID, dict[str, Any]] | None = None,
-        check: Callable[[Trace], None] | None = None,
-        complete: str | None = None,
-        total_duration_ms: int | None = None,
-        task: str | None = None,
-        agent_type: str | None = None,
-    ) -> AddedSteps:
-        """Add ``steps`` to the trace ``trace.id``, storing ``trace`` (a new, unsaved
-        instance) first when there is none: for sources that name their traces themselves
-        and send them in pieces, in any order (OTLP).
-
-        An existing trace is locked and given to ``check``, which raises to refuse the write
-        before anything is written (someone else's trace, say). ``updates`` (step id →
-        changes, as ``update_step`` takes them) are applied after the steps are added, to a
-        finished trace too (its watchers are not told). ``complete`` (a final status)
-        ends a running trace as ``complete_trace`` does, and ``task`` and ``agent_type``
-        replace its task and agent type. A trace that is no longer running still takes the
-        steps (late arrivals; ``complete``, ``task`` and ``agent_type`` are then ignored),
-        without events: its ``trace_completed`` stays its last event, and its pages show them.
-        The size of the batch is the caller's to bound. Raises what ``check`` raises, and
-        ``InvalidParent``, ``StepIdConflict``, ``InvalidStep``, ``CostOutOfRange``,
-        ``InvalidInput`` (a status that is not final), ``StepNotFound``; a rejected write
-        writes nothing."""
-        if complete is not None:
-            _check_final(complete)
-        updates = updates or {}
-        for changes in updates.values():
-            _check_changes(changes)
-        with transaction.atomic():
-            stored = _locked_trace_or_none(trace.id)
-            if stored is None:
-                stored = self._insert_or_lock(trace)
-            if stored is not trace and check is not None:
-                check(stored)
-            write = _Write(stored)
-            batch = write.add(steps)
-            for step_id, changes in updates.items():
-                write.update(step_id, changes)
-            write.end_or_rename(complete, total_duration_ms, task=task, agent_type=agent_type)
-            write.save()
-        write.log()
-        return AddedSteps(steps=batch, created=len(write.new_steps))
-
     def add_to_traces_sync(
         self,
         traces: Sequence[TraceSteps],
@@ -1112,10 +1049,15 @@ class OrmTraceStore:
         check: Callable[[Trace], None] | None = None,
         prepare: Callable[[WritesByTrace], WritesByTrace] | None = None,
     ) -> dict[uuid.UUID, AddedSteps | DomainError]:
-        """Add steps to several stored traces, as ``open_or_add_sync`` adds them to one, in the
-        caller's transaction: the traces locked in one query, in id order, the stored steps
-        their batches name looked up in one, and the writes of all stored together
-        (``_save_writes``). For the traces of one OTLP request that are stored already: their
+        """Add steps to several stored traces, for sources that name their traces themselves
+        and send them in pieces, in any order (OTLP), in the caller's transaction: the traces
+        locked in one query, in id order, the stored steps their batches name looked up in
+        one, and the writes of all stored together (``_save_writes``). Each trace's steps may
+        wait for their parents (``StepCreate.out_of_order``); ``updates`` change stored steps
+        after the steps are added, of a finished trace too (its watchers are not told);
+        ``complete`` ends a running trace, and ``task`` and ``agent_type`` replace its own
+        (a trace that is no longer running still takes late steps, without events: its
+        ``trace_completed`` stays its last event). For the traces of one OTLP request: their
         spans took about ten queries a trace one by one (benchmarks/README.md,
         "2026-12-05 20:10").
 
@@ -1171,8 +1113,8 @@ class OrmTraceStore:
         """Open ``traces`` (new instances, each with its first steps, whose ids are derived
         from the trace's own: OTLP's), in the caller's transaction: one insert per table for
         all of them. For the many small traces of one request: a service's OTel SDK sends
-        each of its requests as a trace, and opening them one by one (``open_or_add_sync``)
-        took a dozen queries each (benchmarks/README.md, "2026-12-05 17:30").
+        each of its requests as a trace, and opening them one by one took a dozen queries
+        each (benchmarks/README.md, "2026-12-05 17:30").
 
         A trace whose write is refused (``InvalidStep``, ``InvalidParent``,
         ``CostOutOfRange``, ``InvalidInput`` for a status that is not final) is left out and
@@ -1200,19 +1142,6 @@ class OrmTraceStore:
             _log_created(write.trace)
             write.log()
         return refused
-
-    def _insert_or_lock(self, trace: Trace) -> Trace:
-        """Store ``trace`` (it did not exist a moment ago) and return it, or lock and return
-        the one another transaction stored in the meantime (which the caller must check). The
-        caller's transaction holds the row either way."""
-        try:
-            with transaction.atomic():
-                make_storable(trace)
-                trace.save(force_insert=True)
-        except IntegrityError:
-            return _locked_trace(trace.id)
-        _log_created(trace)
-        return trace
 
     def complete_trace_sync(
         self,

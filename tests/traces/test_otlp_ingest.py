@@ -736,6 +736,33 @@ async def test_the_live_watch_shows_spans_as_they_arrive(user, layer):
         assert done["trace"]["status"] == "completed"
 
 
+async def test_one_request_to_many_watched_traces_reaches_each_watcher(user, layer):
+    """A request holding the spans of several stored traces (written together) tells each
+    trace's watchers its own events, and no one else's, on both channel layers."""
+    spans = sdk_spans(lambda tracer: service_requests(tracer, count=2))
+    token = await token_for(user)
+    chats = [span for span in spans if span.name == "chat"]
+    assert (await post_otlp(protobuf_body(chats), token=token)).status_code == HTTPStatus.OK
+    rest = [span for span in spans if span.name != "chat"]
+    trace_ids = sorted({trace_of([span]) for span in spans})
+    async with watching(trace_ids[0], token) as first, watching(trace_ids[1], token) as second:
+        assert (await post_otlp(protobuf_body(rest), token=token)).status_code == HTTPStatus.OK
+        for trace_id, watcher in zip(trace_ids, (first, second), strict=True):
+            mine = {str(step_of(span)) for span in spans if trace_of([span]) == trace_id}
+            events = [await watcher.receive_json_from(timeout=10)]
+            while events[-1]["event"] != "trace_completed":
+                events.append(await watcher.receive_json_from(timeout=10))
+            assert [e["event"] for e in events] == [
+                "step_added",
+                "step_added",
+                "step_updated",
+                "trace_completed",
+            ]
+            assert {e["step"]["step_id"] for e in events[:2]} | {events[2]["step_id"]} == mine
+            assert events[3]["trace"]["trace_id"] == str(trace_id)
+            assert await watcher.receive_nothing(timeout=0.5)
+
+
 # --- bad input ----------------------------------------------------------------------------------
 
 

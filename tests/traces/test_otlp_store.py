@@ -14,6 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from devassist.exceptions import DomainError
 from traces.exceptions import InvalidStep, TraceNotFound
 from traces.models import PendingLogEvents, Step, Trace, TraceEvent, TraceStatus
 from traces.selectors import trace_tree
@@ -41,6 +42,27 @@ def span(
         cost=Decimal(cost),
         out_of_order=True,
     )
+
+
+def write(
+    store: OrmTraceStore,
+    trace: Trace,
+    steps: list[StepCreate],
+    *,
+    check: Any = None,
+    complete: str | None = None,
+) -> None:
+    """Write ``steps`` to ``trace`` as OTLP ingestion does: open it with them when it is not
+    stored (``open_traces_sync``), add them to it when it is (``add_to_traces_sync``, which
+    ``check`` may refuse); raise what the store refused."""
+    item = TraceSteps(trace=trace, steps=steps, complete=complete)
+    result: AddedSteps | DomainError | None
+    if Trace.objects.filter(pk=trace.id).exists():
+        result = store.add_to_traces_sync([item], check=check)[trace.id]
+    else:
+        result = store.open_traces_sync([item]).get(trace.id)
+    if isinstance(result, DomainError):
+        raise result
 
 
 def new_trace(user: Any) -> Trace:
@@ -82,12 +104,12 @@ def test_a_child_sent_before_its_parent_waits_at_the_top_and_moves_under_it(user
     store = OrmTraceStore()
     trace = new_trace(user)
     root, child, grandchild = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
-    store.open_or_add_sync(trace, [span(grandchild, child, tokens=5, failed=True)])
+    write(store, trace, [span(grandchild, child, tokens=5, failed=True)])
     waiting = Step.objects.get(pk=grandchild)
     assert (waiting.parent_id, waiting.pending_parent_id, waiting.depth) == (None, child, 0)
     assert Trace.objects.get(pk=trace.id).root_count == 1
 
-    store.open_or_add_sync(trace, [span(child, root, tokens=7)])
+    write(store, trace, [span(child, root, tokens=7)])
     moved = Step.objects.get(pk=grandchild)
     parent = Step.objects.get(pk=child)
     assert (moved.parent_id, moved.pending_parent_id, moved.depth) == (child, None, 1)
@@ -101,7 +123,7 @@ def test_a_child_sent_before_its_parent_waits_at_the_top_and_moves_under_it(user
     assert event.payload["step_id"] == str(grandchild)
     assert event.payload["updates"] == {"parent_id": str(child), "depth": 1}
 
-    store.open_or_add_sync(trace, [span(root, None)])
+    write(store, trace, [span(root, None)])
     stored = Trace.objects.get(pk=trace.id)
     assert (stored.root_count, stored.total_steps, stored.total_tokens, stored.error_count) == (
         1,
@@ -123,7 +145,7 @@ def test_a_batch_in_any_order_is_placed_within_the_batch(user):
     trace = new_trace(user)
     a, b, c = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
     # Leaves first, as a span processor sends them: c under b under a.
-    store.open_or_add_sync(trace, [span(c, b, tokens=1), span(b, a, tokens=2), span(a, None)])
+    write(store, trace, [span(c, b, tokens=1), span(b, a, tokens=2), span(a, None)])
     state = tree_state(trace.id)
     assert state["steps"][c][:4] == (b, None, 2, [a, b])
     assert state["totals"][:3] == (3, 1, 3)
@@ -157,7 +179,7 @@ def test_any_order_and_any_batching_give_the_tree_that_came_in_order(user, seed,
     items = random_tree(rng, size)
     store = OrmTraceStore()
     in_order = new_trace(user)
-    store.open_or_add_sync(in_order, items)
+    write(store, in_order, items)
 
     shuffled = items[:]
     rng.shuffle(shuffled)
@@ -166,7 +188,8 @@ def test_any_order_and_any_batching_give_the_tree_that_came_in_order(user, seed,
     out_of_order = new_trace(user)
     remapped = {item.id: uuid.uuid4() for item in items}
     for piece in pieces:
-        store.open_or_add_sync(
+        write(
+            store,
             out_of_order,
             [
                 StepCreate(
@@ -180,7 +203,8 @@ def test_any_order_and_any_batching_give_the_tree_that_came_in_order(user, seed,
             ],
         )
     # Re-sending a piece changes nothing.
-    store.open_or_add_sync(
+    write(
+        store,
         out_of_order,
         [
             StepCreate(
@@ -215,8 +239,8 @@ def test_steps_whose_parents_form_a_loop_are_stored_and_keep_waiting(user):
     store = OrmTraceStore()
     trace = new_trace(user)
     a, b = uuid.uuid4(), uuid.uuid4()
-    store.open_or_add_sync(trace, [span(a, b)])
-    store.open_or_add_sync(trace, [span(b, a)])
+    write(store, trace, [span(a, b)])
+    write(store, trace, [span(b, a)])
     state = tree_state(trace.id)
     # b moved under a; a cannot move under its own child, so it stays a waiting top step.
     assert state["steps"][b][:3] == (a, None, 1)
@@ -228,10 +252,10 @@ def test_a_finished_trace_takes_late_steps_without_events(user):
     store = OrmTraceStore()
     trace = new_trace(user)
     root, late = uuid.uuid4(), uuid.uuid4()
-    store.open_or_add_sync(trace, [span(root, None)], complete=TraceStatus.COMPLETED)
+    write(store, trace, [span(root, None)], complete=TraceStatus.COMPLETED)
     events = TraceEvent.objects.filter(trace_id=trace.id).count()
     assert Trace.objects.get(pk=trace.id).status == TraceStatus.COMPLETED
-    store.open_or_add_sync(trace, [span(late, root, tokens=3)], complete=TraceStatus.FAILED)
+    write(store, trace, [span(late, root, tokens=3)], complete=TraceStatus.FAILED)
     stored = Trace.objects.get(pk=trace.id)
     assert stored.status == TraceStatus.COMPLETED
     assert (stored.total_steps, stored.total_tokens) == (2, 3)
@@ -242,7 +266,7 @@ def test_a_finished_trace_takes_late_steps_without_events(user):
 def test_a_refused_check_writes_nothing(user, other_user):
     store = OrmTraceStore()
     trace = new_trace(user)
-    store.open_or_add_sync(trace, [span(uuid.uuid4(), None)])
+    write(store, trace, [span(uuid.uuid4(), None)])
     before = tree_state(trace.id)
 
     def refuse(stored: Trace) -> None:
@@ -250,7 +274,7 @@ def test_a_refused_check_writes_nothing(user, other_user):
 
     intruder = Trace(id=trace.id, user=other_user, task="x", agent_type="otel")
     with pytest.raises(TraceNotFound):
-        store.open_or_add_sync(intruder, [span(uuid.uuid4(), None)], check=refuse)
+        write(store, intruder, [span(uuid.uuid4(), None)], check=refuse)
     assert tree_state(trace.id) == before
     assert Trace.objects.get(pk=trace.id).user_id == user.id
 
@@ -260,11 +284,13 @@ def test_a_batch_with_moves_costs_a_fixed_number_of_queries(user, django_assert_
     trace = new_trace(user)
     root, mid = uuid.uuid4(), uuid.uuid4()
     leaves = [uuid.uuid4() for _ in range(50)]
-    store.open_or_add_sync(trace, [span(leaf, mid, tokens=1) for leaf in leaves])
-    # savepoint, lock, look-up, trace row, rollups, steps, the moves, events, release:
-    # whatever the number of waiting steps.
+    write(store, trace, [span(leaf, mid, tokens=1) for leaf in leaves])
+    # savepoint, lock, look-up, trace row, steps, the moves, events, release: whatever the
+    # number of waiting steps.
     with django_assert_num_queries(8):
-        store.open_or_add_sync(trace, [span(mid, root), span(root, None)])
+        store.add_to_traces_sync(
+            [TraceSteps(trace=trace, steps=[span(mid, root), span(root, None)])]
+        )
     assert tree_state(trace.id)["totals"][:3] == (52, 1, 50)
 
 
@@ -319,32 +345,39 @@ def test_an_otlp_request_costs_the_same_queries_whatever_its_size(user, django_a
 
 
 def test_a_trace_opened_meanwhile_by_someone_else_is_checked_too(user, other_user, monkeypatch):
-    """Two first batches of one trace id at once: the one that finds no trace and then fails
-    to insert it (the other transaction stored it meanwhile) locks that trace and checks it."""
-    import traces.store as store_module
+    """Spans of a trace that looked new to a request, but that another user's request stored
+    meanwhile: the insert that opens it fails, the request looks again, finds it stored and
+    refuses it as someone else's, leaving it as it was."""
+    import traces.services as services
+    from tests.traces.otlp_clients import export_request, sdk_spans
+    from traces.otlp import Limits, request_spans
 
-    store = OrmTraceStore()
-    theirs = new_trace(other_user)
-    store.open_or_add_sync(theirs, [span(uuid.uuid4(), None)])
-    before = tree_state(theirs.id)
-    real = store_module._locked_trace_or_none
+    def two_spans(tracer: Any) -> None:
+        with tracer.start_as_current_span("root"):
+            tracer.start_span("child").end()
+
+    spans = sdk_spans(two_spans)
+    trace_id = uuid.UUID(int=spans[0].context.trace_id)
+    services.otlp_spans_ingest(
+        user=other_user, batch=request_spans(export_request(spans[:1]), limits=Limits.current())
+    )
+    before = tree_state(trace_id)
+    real = services._stored_ids
     calls = []
 
-    def missing_at_first(trace_id: uuid.UUID) -> Trace | None:
-        calls.append(trace_id)
-        return None if len(calls) == 1 else real(trace_id)
+    def missing_at_first(trace_ids: list[uuid.UUID]) -> set[uuid.UUID]:
+        calls.append(trace_ids)
+        return set() if len(calls) == 1 else real(trace_ids)
 
-    monkeypatch.setattr(store_module, "_locked_trace_or_none", missing_at_first)
-
-    def refuse(stored: Trace) -> None:
-        assert stored.user_id == other_user.id
-        raise TraceNotFound("not yours")
-
-    mine = Trace(id=theirs.id, user=user, metadata={"otel": {}})
-    with pytest.raises(TraceNotFound):
-        store.open_or_add_sync(mine, [span(uuid.uuid4(), None)], check=refuse)
-    assert len(calls) == 2  # looked missing, then locked after the insert failed
-    assert tree_state(theirs.id) == before
+    monkeypatch.setattr(services, "_stored_ids", missing_at_first)
+    outcome = services.otlp_spans_ingest(
+        user=user, batch=request_spans(export_request(spans), limits=Limits.current())
+    )
+    assert (outcome.accepted, outcome.rejected, outcome.only_foreign) == (0, 2, True)
+    # Looked new; stored after the insert failed (asked whether to look again, then looked).
+    assert len(calls) == 3
+    assert tree_state(trace_id) == before
+    assert Trace.objects.get(pk=trace_id).user_id == other_user.id
 
 
 def test_a_request_opens_any_number_of_new_traces_in_the_same_queries(
@@ -424,7 +457,7 @@ def test_steps_for_several_stored_traces_go_in_together_each_refused_alone(user,
     roots = {}
     for trace in (mine, invalid, theirs):
         roots[trace.id] = uuid.uuid4()
-        store.open_or_add_sync(trace, [span(roots[trace.id], None)])
+        write(store, trace, [span(roots[trace.id], None)])
     before = {trace.id: tree_state(trace.id) for trace in (invalid, theirs)}
     prepared: list[set[uuid.UUID]] = []
 

@@ -25,7 +25,7 @@ from traces.exceptions import (
 )
 from traces.models import Step, Trace, TraceEvent
 from traces.projections import step_dict
-from traces.store import OrmTraceStore, get_trace_store, group_name
+from traces.store import OrmTraceStore, TraceSteps, get_trace_store, group_name
 
 
 def orm_store() -> OrmTraceStore:
@@ -392,7 +392,9 @@ def test_a_replay_reads_each_steps_step_added_from_the_step_between_the_logged_e
     store.complete_trace_sync(trace.id)  # 5
     # Feedback on the finished trace, and a late step: no event, as when they came.
     store.add_feedback_sync(trace.id, step("feedback", parent=root))  # seq 6
-    store.open_or_add_sync(Trace(id=trace.id), [step("action", parent=root)])  # seq 7
+    store.add_to_traces_sync(
+        [TraceSteps(trace=Trace(id=trace.id), steps=[step("action", parent=root)])]
+    )  # seq 7
 
     everything = replay(trace)
     assert [(e["event"], e["seq"]) for e in everything] == [
