@@ -24,6 +24,12 @@ enough that nothing is dropped) and the OTLP/HTTP protobuf exporter. For each se
 - **read**: that whole-trace read once it is complete, ``--reads`` times (p50); the client
   parses each answer with orjson, for both.
 
+Then, an agent still at work on the stored trace (``--late N``, 20 by default; 0: none): N
+times a step whose 5 children end first and go in a request of their own, then the step,
+whose request moves them under it; the p50 of those requests into the last run's trace, and
+into a trace of one span sent just before (the baseline), and their ratio: what a request
+costs as a trace grows.
+
 Figures are p50 over ``--runs`` runs. By default the client emits the spans in a burst (under a
 second), so nearly all of them are still queued at the flush; ``--pace S`` spreads their ends
 over S seconds, as an agent at work sends them, and then only the last batches remain.
@@ -252,7 +258,7 @@ def send(
     )
     processor = BatchSpanProcessor(
         exporter_for(endpoint, headers),
-        max_queue_size=len(plan.spans) * 2,
+        max_queue_size=max(len(plan.spans) * 2, 512),
         max_export_batch_size=512,
         export_timeout_millis=120_000,
     )
@@ -284,6 +290,99 @@ def send(
         flush_started=flush_started,
         ingest_s=ingest_s,
     )
+
+
+def late_steps(
+    endpoint: str,
+    headers: dict[str, str],
+    *,
+    trace_id: str,
+    parent_span_id: int,
+    steps: int,
+    children: int = 5,
+) -> list[float]:
+    """An agent still at work on the stored trace ``trace_id``: ``steps`` times, a step under
+    the span ``parent_span_id`` whose ``children`` end first and go in a request of their own
+    (they wait for it), then the step itself (it adopts them: the store moves them under it),
+    through the SDK's OTLP exporter. Returns how long each step's request took (its flush)."""
+    from opentelemetry import trace as otel_trace
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
+
+    provider = TracerProvider(
+        resource=Resource.create({"service.name": "benchmark-agent"}), shutdown_on_exit=False
+    )
+    processor = BatchSpanProcessor(
+        exporter_for(endpoint, headers),
+        schedule_delay_millis=600_000,
+        export_timeout_millis=120_000,
+    )
+    provider.add_span_processor(processor)
+    tracer = provider.get_tracer("benchmark.agent")
+    parent = otel_trace.set_span_in_context(
+        NonRecordingSpan(
+            SpanContext(
+                trace_id=int(trace_id, 16),
+                span_id=parent_span_id,
+                is_remote=True,
+                trace_flags=TraceFlags(TraceFlags.SAMPLED),
+            )
+        )
+    )
+    timed = []
+    for index in range(steps):
+        step = tracer.start_span(
+            "ChatCompletion", context=parent, attributes={"openinference.span.kind": "CHAIN"}
+        )
+        inside = otel_trace.set_span_in_context(step)
+        for child in range(children):
+            tracer.start_span(
+                f"tool {index}.{child}",
+                context=inside,
+                attributes={"openinference.span.kind": "TOOL", "output.value": "ok"},
+            ).end()
+        if not processor.force_flush(timeout_millis=120_000):
+            raise RuntimeError("the children's flush did not finish")
+        step.end()
+        started = time.perf_counter()
+        if not processor.force_flush(timeout_millis=120_000):
+            raise RuntimeError("the step's flush did not finish")
+        timed.append(time.perf_counter() - started)
+    provider.shutdown()
+    return timed
+
+
+def root_span_id(client: httpx.Client, trace_id: str) -> int:
+    """The span id of a trace's root, as DevAssist stored it (its step's ``otel_span``)."""
+    import uuid
+
+    trace = uuid.UUID(trace_id)
+    node = client.get(f"/api/traces/{trace}/node/root", params={"limit": 1})
+    node.raise_for_status()
+    root = node.json()["children"][0]["step_id"]
+    step = client.get(f"/api/traces/{trace}/steps/{root}")
+    step.raise_for_status()
+    return int(step.json()["data"]["otel_span"]["span_id"], 16)
+
+
+def late_figures(
+    client: httpx.Client, endpoint: str, headers: dict[str, str], *, long_trace: str, steps: int
+) -> tuple[float, float]:
+    """p50 of a late step's request (``late_steps``) into ``long_trace`` and, the baseline,
+    into a trace of one span sent just before (the same requests, the same server)."""
+    fresh_trace = random.getrandbits(128)
+    one_span = TracePlan(random.Random(0), 1)
+    one_span.add(None, "agent", "AGENT")
+    send(one_span, endpoint, headers, {"service.name": "benchmark-agent"}, trace_id=fresh_trace)
+    fresh_root = root_span_id(client, f"{fresh_trace:032x}")
+    long_root = root_span_id(client, long_trace)
+    fresh = late_steps(
+        endpoint, headers, trace_id=f"{fresh_trace:032x}", parent_span_id=fresh_root, steps=steps
+    )
+    long = late_steps(endpoint, headers, trace_id=long_trace, parent_span_id=long_root, steps=steps)
+    return p50(long), p50(fresh)
 
 
 # --- the readers --------------------------------------------------------------------------------
@@ -424,6 +523,7 @@ class Watcher:
 
 @dataclass
 class Run:
+    trace_id: str
     ingest_s: float
     readable_s: float
     reads_s: list[float]
@@ -480,6 +580,7 @@ def measure(
         assert reader(sent.trace_id)[0] == expected
         timed.append(time.perf_counter() - started)
     return Run(
+        trace_id=sent.trace_id,
         ingest_s=sent.ingest_s,
         readable_s=readable_s,
         reads_s=timed,
@@ -614,6 +715,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="seconds over which the spans end (an agent at work); 0: a burst, the default",
     )
     parser.add_argument(
+        "--late",
+        type=int,
+        default=20,
+        help="then send this many late steps (each after its 5 children) into the stored "
+        "trace and into a fresh one; 0: none",
+    )
+    parser.add_argument(
         "--give-up", type=float, default=900.0, help="seconds to wait for a whole trace"
     )
     parser.add_argument(
@@ -683,10 +791,28 @@ def main(argv: Sequence[str] | None = None) -> int:
                     ]
 
                 runs = measured(f"{base_url}/v1/traces")
+                late = None
+                if args.late:
+                    late = late_figures(
+                        client,
+                        f"{base_url}/v1/traces",
+                        headers,
+                        long_trace=runs[-1].trace_id,
+                        steps=args.late,
+                    )
                 if args.grpc:
                     with otlp_grpc_process(env) as address:
                         grpc_runs = measured(f"grpc://{address}")
             results["DevAssist"] = report("DevAssist (daphne, PostgreSQL)", runs, args.watch)
+            if late is not None:
+                long_s, fresh_s = late
+                print(
+                    f"\nan agent still at work (a step sent after its 5 children, p50 of "
+                    f"{args.late}):\n"
+                    f"  into the {len(plan.spans):,}-span trace  {long_s * 1000:8.1f} ms\n"
+                    f"  into a trace of one span      {fresh_s * 1000:8.1f} ms\n"
+                    f"  ratio                         {long_s / fresh_s:8.2f}x"
+                )
             if args.grpc:
                 report("DevAssist over OTLP/gRPC (manage.py otlp_grpc, PostgreSQL)", grpc_runs)
         if not args.no_phoenix and args.phoenix_python.exists():

@@ -11,6 +11,8 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -292,6 +294,30 @@ def test_a_batch_with_moves_costs_a_fixed_number_of_queries(user, django_assert_
             [TraceSteps(trace=trace, steps=[span(mid, root), span(root, None)])]
         )
     assert tree_state(trace.id)["totals"][:3] == (52, 1, 50)
+
+
+def test_the_moves_of_a_long_trace_read_only_the_steps_that_move(user):
+    """A step that adopts waiting children moves them (and what hangs under them) by their
+    top step, ``path[0]``, through the index on it: the update does not read every step of the
+    trace (36-47 ms a request on a 40,000-step trace, benchmarks/README.md)."""
+    store = OrmTraceStore()
+    trace = new_trace(user)
+    root, parent = uuid.uuid4(), uuid.uuid4()
+    write(store, trace, [span(root, None)])
+    for _ in range(6):
+        write(store, trace, [span(uuid.uuid4(), root) for _ in range(500)])
+    write(store, trace, [span(uuid.uuid4(), parent) for _ in range(5)])
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE traces_step")
+    with CaptureQueriesContext(connection) as queries:
+        write(store, trace, [span(parent, root)])
+    (move,) = [q["sql"] for q in queries if q["sql"].startswith('UPDATE "traces_step" SET "path"')]
+    with connection.cursor() as cursor:
+        cursor.execute(f"EXPLAIN {move}")
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert "step_top" in plan, plan
+    assert "Seq Scan on traces_step" not in plan, plan
+    assert Step.objects.filter(parent_id=parent).count() == 5
 
 
 def test_an_otlp_request_costs_the_same_queries_whatever_its_size(user, django_assert_num_queries):
