@@ -334,7 +334,7 @@ def late_steps(
     timed = []
     for index in range(steps):
         step = tracer.start_span(
-            "ChatCompletion", context=parent, attributes={"openinference.span.kind": "CHAIN"}
+            "agent step", context=parent, attributes={"openinference.span.kind": "CHAIN"}
         )
         inside = otel_trace.set_span_in_context(step)
         for child in range(children):
