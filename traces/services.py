@@ -436,8 +436,7 @@ def otlp_logs_ingest(*, user: Any, batch: LogBatch) -> IngestOutcome:
     traces that exist written together (``add_to_traces_sync``); the records of a span not
     stored yet wait for it (``PendingLogEvents``). The traces that do not exist yet are opened
     together as ``user``'s (their spans fill them), with their records waiting in one insert.
-    One
-    transaction, the traces locked or opened in id order; a trace the store refuses
+    One transaction, the traces locked or opened in id order; a trace the store refuses
     (another user's, one not recorded over OTLP) has all its records rejected and nothing
     written, as ``otlp_spans_ingest`` does."""
     with transaction.atomic():

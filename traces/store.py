@@ -257,7 +257,9 @@ def _check_batch_size(steps: Sequence[StepCreate]) -> None:
 
 
 def _check_changes(changes: dict[str, Any]) -> None:
-    """Refuse an update that cannot be applied (before any lock is taken)."""
+    """Refuse an update that cannot be applied, before anything is written (and before any
+    lock is taken, where the changes are known before: not those ``add_to_traces_sync``'s
+    ``prepare`` makes under the locks)."""
     unknown = set(changes) - UPDATABLE_STEP_FIELDS
     if unknown:
         raise InvalidStep(f"These fields cannot be updated: {', '.join(sorted(unknown))}.")
