@@ -7,6 +7,7 @@ Run from the repository root::
     .venv/bin/python benchmarks/otlp_ingest.py --spans 2000 --runs 5 --no-phoenix
     .venv/bin/python benchmarks/otlp_ingest.py --no-phoenix --grpc  # OTLP/HTTP and OTLP/gRPC
     .venv/bin/python benchmarks/otlp_ingest.py --no-phoenix --redis --watch page  # a page open
+    .venv/bin/python benchmarks/otlp_ingest.py --sdk-queue   # what the SDK's own queue keeps
 
 One trace shape, seeded (``--seed``): an OpenInference-instrumented agent (an AGENT root over
 LLM and TOOL spans, tools that start sub-agents of CHAIN, LLM, TOOL and RETRIEVER spans, 10
@@ -29,6 +30,11 @@ times a step whose 5 children end first and go in a request of their own, then t
 whose request moves them under it; the p50 of those requests into the last run's trace, and
 into a trace of one span sent just before (the baseline), and their ratio: what a request
 costs as a trace grows.
+
+With ``--sdk-queue``, each server then gets the spans once more through the SDK's own queue
+(2,048 spans unless ``OTEL_BSP_MAX_QUEUE_SIZE`` says otherwise), which drops the spans that
+end while it is full: how many reached the server (acknowledged, then counted in its read),
+what an agent on the SDK's defaults keeps of such a burst (or of ``--pace``).
 
 Figures are p50 over ``--runs`` runs. By default the client emits the spans in a burst (under a
 second), so nearly all of them are still queued at the flush; ``--pace S`` spreads their ends
@@ -207,6 +213,8 @@ class Sent:
     emit_s: float
     flush_started: float
     ingest_s: float
+    #: Spans the exporter had acknowledged: all of them unless the SDK's queue overflowed.
+    exported: int
 
 
 def exporter_for(endpoint: str, headers: dict[str, str]) -> Any:
@@ -236,17 +244,39 @@ def send(
     *,
     trace_id: int,
     pace_s: float = 0.0,
+    sdk_queue: bool = False,
 ) -> Sent:
     """Replay ``plan`` through the OTel SDK to ``endpoint`` (``exporter_for``) as the trace
     ``trace_id``, its spans ending evenly over ``pace_s`` seconds (0: as fast as the SDK
     goes); the flush starts when the last span has ended and returns once every batch is
-    acknowledged."""
+    acknowledged. The processor's queue holds every span, or with ``sdk_queue`` is the SDK's
+    own (2,048 spans unless ``OTEL_BSP_MAX_QUEUE_SIZE`` says otherwise), which drops the
+    spans that come while it is full."""
     from opentelemetry import trace as otel_trace
     from opentelemetry.sdk.resources import Resource
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+    from opentelemetry.sdk.trace.export import (
+        BatchSpanProcessor,
+        SpanExporter,
+        SpanExportResult,
+    )
     from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
     from opentelemetry.trace import Status, StatusCode
+
+    class Counting(SpanExporter):
+        """The exporter, counting the spans the server acknowledged."""
+
+        def __init__(self, inner: Any) -> None:
+            self.inner, self.exported = inner, 0
+
+        def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+            result: SpanExportResult = self.inner.export(spans)
+            if result is SpanExportResult.SUCCESS:
+                self.exported += len(spans)
+            return result
+
+        def shutdown(self) -> None:
+            self.inner.shutdown()
 
     class KnownTraceId(RandomIdGenerator):
         # Known before the first span, so a watcher can wait for the trace.
@@ -256,9 +286,10 @@ def send(
     provider = TracerProvider(
         resource=Resource.create(resource), id_generator=KnownTraceId(), shutdown_on_exit=False
     )
+    exporter = Counting(exporter_for(endpoint, headers))
     processor = BatchSpanProcessor(
-        exporter_for(endpoint, headers),
-        max_queue_size=max(len(plan.spans) * 2, 512),
+        exporter,
+        max_queue_size=None if sdk_queue else max(len(plan.spans) * 2, 512),  # None: the SDK's
         max_export_batch_size=512,
         export_timeout_millis=120_000,
     )
@@ -289,6 +320,7 @@ def send(
         emit_s=flush_started - started,
         flush_started=flush_started,
         ingest_s=ingest_s,
+        exported=exporter.exported,
     )
 
 
@@ -589,6 +621,43 @@ def measure(
     )
 
 
+def kept_by_sdk_queue(
+    plan: TracePlan,
+    *,
+    endpoint: str,
+    headers: dict[str, str],
+    reader: Callable[[str], tuple[int, int]],
+    poll_s: float,
+    give_up_s: float,
+    pace_s: float,
+) -> int:
+    """The spans the SDK's own queue let through (``send``'s ``sdk_queue``), ending over
+    ``pace_s`` seconds: how many the server acknowledged, once all of them are readable
+    (``RuntimeError`` if they never are)."""
+    sent = send(
+        plan,
+        endpoint,
+        headers,
+        {"service.name": "benchmark-agent", "openinference.project.name": PHOENIX_PROJECT},
+        trace_id=random.getrandbits(128),
+        pace_s=pace_s,
+        sdk_queue=True,
+    )
+    while (count := reader(sent.trace_id)[0]) != sent.exported:
+        if time.perf_counter() - sent.flush_started > give_up_s:
+            raise RuntimeError(f"{count} of the {sent.exported} acknowledged spans readable")
+        time.sleep(poll_s)
+    return sent.exported
+
+
+def report_kept(name: str, kept: int, spans: int) -> None:
+    print(
+        f"\n{name}, the same spans through the SDK's own queue "
+        f"({os.environ.get('OTEL_BSP_MAX_QUEUE_SIZE', '2048')} spans):\n"
+        f"  spans that reached the server  {kept:8,} of {spans:,} ({spans - kept:,} dropped)"
+    )
+
+
 # --- the servers --------------------------------------------------------------------------------
 
 
@@ -722,6 +791,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "trace and into a fresh one; 0: none",
     )
     parser.add_argument(
+        "--sdk-queue",
+        action="store_true",
+        help="then send the spans once more through the SDK's own queue (2,048 spans by "
+        "default), which drops what comes while it is full, and count those that reach "
+        "each server",
+    )
+    parser.add_argument(
         "--give-up", type=float, default=900.0, help="seconds to wait for a whole trace"
     )
     parser.add_argument(
@@ -800,10 +876,23 @@ def main(argv: Sequence[str] | None = None) -> int:
                         long_trace=runs[-1].trace_id,
                         steps=args.late,
                     )
+                kept = None
+                if args.sdk_queue:
+                    kept = kept_by_sdk_queue(
+                        plan,
+                        endpoint=f"{base_url}/v1/traces",
+                        headers=headers,
+                        reader=lambda trace_id: read_devassist(client, trace_id),
+                        poll_s=0.02,
+                        give_up_s=args.give_up,
+                        pace_s=args.pace,
+                    )
                 if args.grpc:
                     with otlp_grpc_process(env) as address:
                         grpc_runs = measured(f"grpc://{address}")
             results["DevAssist"] = report("DevAssist (daphne, PostgreSQL)", runs, args.watch)
+            if kept is not None:
+                report_kept("DevAssist", kept, len(plan.spans))
             if late is not None:
                 long_s, fresh_s = late
                 print(
@@ -831,7 +920,20 @@ def main(argv: Sequence[str] | None = None) -> int:
                         )
                         for _ in range(args.runs)
                     ]
+                    kept = None
+                    if args.sdk_queue:
+                        kept = kept_by_sdk_queue(
+                            plan,
+                            endpoint=f"{base_url}/v1/traces",
+                            headers={},
+                            reader=lambda trace_id: read_phoenix(client, trace_id),
+                            poll_s=0.25,
+                            give_up_s=args.give_up,
+                            pace_s=args.pace,
+                        )
                 results["Phoenix"] = report("Arize Phoenix (phoenix serve, SQLite)", runs)
+                if kept is not None:
+                    report_kept("Arize Phoenix", kept, len(plan.spans))
         elif not args.no_phoenix:
             print(f"\nPhoenix: no interpreter at {args.phoenix_python}; measured DevAssist alone")
 
