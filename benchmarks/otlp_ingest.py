@@ -95,6 +95,8 @@ CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
 BENCH_USERNAME = "otlp-benchmark"
 PHOENIX_PROJECT = "otlp-bench"
 PHOENIX_PAGE = 1000  # the REST API's largest page
+#: The benchmark agent's OTel resource (Phoenix files its spans under the project named here).
+AGENT_RESOURCE = {"service.name": "benchmark-agent", "openinference.project.name": PHOENIX_PROJECT}
 TARGET_READABLE_S = 2.0
 TARGET_RATIO = 10.0
 MIN_DEPTH = 6
@@ -240,7 +242,6 @@ def send(
     plan: TracePlan,
     endpoint: str,
     headers: dict[str, str],
-    resource: dict[str, str],
     *,
     trace_id: int,
     pace_s: float = 0.0,
@@ -284,12 +285,15 @@ def send(
             return trace_id
 
     provider = TracerProvider(
-        resource=Resource.create(resource), id_generator=KnownTraceId(), shutdown_on_exit=False
+        resource=Resource.create(AGENT_RESOURCE),
+        id_generator=KnownTraceId(),
+        shutdown_on_exit=False,
     )
     exporter = Counting(exporter_for(endpoint, headers))
+    queue = None if sdk_queue else max(len(plan.spans) * 2, 512)  # None: the SDK's default
     processor = BatchSpanProcessor(
         exporter,
-        max_queue_size=None if sdk_queue else max(len(plan.spans) * 2, 512),  # None: the SDK's
+        max_queue_size=queue,
         max_export_batch_size=512,
         export_timeout_millis=120_000,
     )
@@ -343,9 +347,7 @@ def late_steps(
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
     from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
-    provider = TracerProvider(
-        resource=Resource.create({"service.name": "benchmark-agent"}), shutdown_on_exit=False
-    )
+    provider = TracerProvider(resource=Resource.create(AGENT_RESOURCE), shutdown_on_exit=False)
     processor = BatchSpanProcessor(
         exporter_for(endpoint, headers),
         schedule_delay_millis=600_000,
@@ -407,7 +409,7 @@ def late_figures(
     fresh_trace = random.getrandbits(128)
     one_span = TracePlan(random.Random(0), 1)
     one_span.add(None, "agent", "AGENT")
-    send(one_span, endpoint, headers, {"service.name": "benchmark-agent"}, trace_id=fresh_trace)
+    send(one_span, endpoint, headers, trace_id=fresh_trace)
     fresh_root = root_span_id(client, f"{fresh_trace:032x}")
     long_root = root_span_id(client, long_trace)
     fresh = late_steps(
@@ -564,6 +566,25 @@ class Run:
     watched_s: float | None = None
 
 
+def wait_readable(
+    reader: Callable[[str], tuple[int, int]],
+    sent: Sent,
+    done: Callable[[int, int], bool],
+    *,
+    poll_s: float,
+    give_up_s: float,
+) -> float:
+    """Poll ``reader`` on the trace ``sent`` until ``done(spans, top-level spans)``; the
+    seconds since its flush then (``RuntimeError`` after ``give_up_s``)."""
+    while True:
+        count, roots = reader(sent.trace_id)
+        if done(count, roots):
+            return time.perf_counter() - sent.flush_started
+        if time.perf_counter() - sent.flush_started > give_up_s:
+            raise RuntimeError(f"only {count} spans readable after {give_up_s} s")
+        time.sleep(poll_s)
+
+
 def measure(
     plan: TracePlan,
     *,
@@ -583,23 +604,15 @@ def measure(
         watcher = Watcher(watch_url, headers, f"{trace_id:032x}", watch)
         if not watcher.ready.wait(120):
             raise RuntimeError("the watcher did not get ready")
-    sent = send(
-        plan,
-        endpoint,
-        headers,
-        {"service.name": "benchmark-agent", "openinference.project.name": PHOENIX_PROJECT},
-        trace_id=trace_id,
-        pace_s=pace_s,
-    )
+    sent = send(plan, endpoint, headers, trace_id=trace_id, pace_s=pace_s)
     expected = len(plan.spans)
-    while True:
-        count, roots = reader(sent.trace_id)
-        if count == expected and roots == 1:
-            readable_s = time.perf_counter() - sent.flush_started
-            break
-        if time.perf_counter() - sent.flush_started > give_up_s:
-            raise RuntimeError(f"only {count} spans readable after {give_up_s} s")
-        time.sleep(poll_s)
+    readable_s = wait_readable(
+        reader,
+        sent,
+        lambda count, roots: count == expected and roots == 1,
+        poll_s=poll_s,
+        give_up_s=give_up_s,
+    )
     watched_s = None
     if watcher is not None:
         seen = watcher.wait(give_up_s)
@@ -635,18 +648,11 @@ def kept_by_sdk_queue(
     ``pace_s`` seconds: how many the server acknowledged, once all of them are readable
     (``RuntimeError`` if they never are)."""
     sent = send(
-        plan,
-        endpoint,
-        headers,
-        {"service.name": "benchmark-agent", "openinference.project.name": PHOENIX_PROJECT},
-        trace_id=random.getrandbits(128),
-        pace_s=pace_s,
-        sdk_queue=True,
+        plan, endpoint, headers, trace_id=random.getrandbits(128), pace_s=pace_s, sdk_queue=True
     )
-    while (count := reader(sent.trace_id)[0]) != sent.exported:
-        if time.perf_counter() - sent.flush_started > give_up_s:
-            raise RuntimeError(f"{count} of the {sent.exported} acknowledged spans readable")
-        time.sleep(poll_s)
+    wait_readable(
+        reader, sent, lambda count, _: count == sent.exported, poll_s=poll_s, give_up_s=give_up_s
+    )
     return sent.exported
 
 
