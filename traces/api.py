@@ -36,6 +36,7 @@ from traces.schemas import (
     TraceStatusName,
     TreeOut,
     WaitingLogRecordsOut,
+    WaitingStepsOut,
 )
 from traces.selectors import CHILD_WINDOW, MAX_DEPTH
 from traces.store import StepCreate, get_trace_store
@@ -72,7 +73,7 @@ class EventsQuery(Schema):
     limit: int = NinjaField(1000, ge=1, le=settings.TRACE_EVENT_PAGE_MAX)
 
 
-class WaitingLogRecordsQuery(Schema):
+class WaitingQuery(Schema):
     offset: int = NinjaField(0, ge=0, le=MAX_INT)
     limit: int = NinjaField(100, ge=1, le=1000)
 
@@ -269,7 +270,7 @@ async def trace_events(
     url_name="trace_waiting_log_records",
 )
 async def trace_waiting_log_records(
-    request: HttpRequest, trace_id: uuid.UUID, query: Query[WaitingLogRecordsQuery]
+    request: HttpRequest, trace_id: uuid.UUID, query: Query[WaitingQuery]
 ) -> dict[str, Any]:
     """The log records of an OTLP trace's spans that have not arrived, by span, oldest first:
     they join each span's step when it does (one whose exporter dropped it never comes).
@@ -283,3 +284,24 @@ async def trace_waiting_log_records(
         "total_spans": waiting.total_spans,
         "next_offset": waiting.next_offset,
     }
+
+
+@router.get("/{trace_id}/waiting-steps", response=WaitingStepsOut, url_name="trace_waiting_steps")
+async def trace_waiting_steps(
+    request: HttpRequest, trace_id: uuid.UUID, query: Query[WaitingQuery]
+) -> HttpResponse:
+    """The steps of an OTLP trace that wait at the top level for a parent span that has not
+    arrived, in the order they came, each with the id of the span it waits for: it moves
+    under that span's step when the span arrives (one whose exporter dropped it never does).
+    Empty for any other trace."""
+    trace = await _visible_trace(request, trace_id)
+    waiting = await sync_to_async(selectors.waiting_steps)(
+        trace, offset=query.offset, limit=query.limit
+    )
+    return json_response(
+        {
+            "steps": waiting.steps,
+            "total_steps": waiting.total_steps,
+            "next_offset": waiting.next_offset,
+        }
+    )

@@ -199,3 +199,13 @@ class WaitingLogRecordsOut(Schema):
     spans: list[WaitingSpanOut]
     total_spans: int
     next_offset: int | None
+
+
+class WaitingStepOut(StepOut):
+    parent_span_id: str | None = Field(description="The span it waits for (hex).")
+
+
+class WaitingStepsOut(Schema):
+    steps: list[WaitingStepOut]
+    total_steps: int
+    next_offset: int | None

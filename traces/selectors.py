@@ -27,6 +27,7 @@ from asgiref.sync import sync_to_async
 from django.db import connection
 from django.db.models import Count, F, Max, Min, OuterRef, Q, QuerySet, Subquery, Value
 from django.db.models.expressions import Window
+from django.db.models.fields.json import KT
 from django.db.models.functions import Coalesce, RowNumber
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
@@ -85,6 +86,8 @@ EXPORT_CHUNK = 1000
 OTLP_QUIET = timedelta(minutes=5)
 #: The spans whose waiting log records the trace page shows (the API pages through all).
 WAITING_SPANS_SHOWN = 20
+#: The steps waiting for their parent span that the trace page lists (the API pages through all).
+WAITING_STEPS_SHOWN = 20
 
 
 # --- traces -------------------------------------------------------------------------------------
@@ -157,22 +160,49 @@ class WaitingSpan:
 
 
 @dataclass(frozen=True)
-class WaitingLogRecords:
+class _WaitingWindow:
+    """A window from ``offset`` of a trace's ``total`` waiting things (``shown`` of them)."""
+
+    offset: int
+
+    def _counts(self) -> tuple[int, int]:
+        raise NotImplementedError
+
+    @property
+    def next_offset(self) -> int | None:
+        shown, total = self._counts()
+        end = self.offset + shown
+        return end if end < total else None
+
+    @property
+    def more(self) -> int:
+        """How many come after the window."""
+        shown, total = self._counts()
+        return max(total - self.offset - shown, 0)
+
+
+@dataclass(frozen=True)
+class WaitingLogRecords(_WaitingWindow):
     """A window of the spans of a trace whose log records wait for them, oldest first."""
 
     spans: list[WaitingSpan]
     total_spans: int
-    offset: int
 
-    @property
-    def next_offset(self) -> int | None:
-        end = self.offset + len(self.spans)
-        return end if end < self.total_spans else None
+    def _counts(self) -> tuple[int, int]:
+        return len(self.spans), self.total_spans
 
-    @property
-    def more_spans(self) -> int:
-        """The spans after the window."""
-        return max(self.total_spans - self.offset - len(self.spans), 0)
+
+@dataclass(frozen=True)
+class WaitingSteps(_WaitingWindow):
+    """A window of the steps of an OTLP trace that wait at the top level for their parent
+    span, in the order they came: each a step in the API's shape with the id of the span it
+    waits for (``parent_span_id``, hex)."""
+
+    steps: list[dict[str, Any]]
+    total_steps: int
+
+    def _counts(self) -> tuple[int, int]:
+        return len(self.steps), self.total_steps
 
 
 def waiting_log_records(
@@ -183,7 +213,7 @@ def waiting_log_records(
     the ``limit`` spans from ``offset`` in the order their first records came. No query for
     a trace not recorded over OTLP, one when no records wait, three otherwise."""
     if not trace.is_otlp:
-        return WaitingLogRecords(spans=[], total_spans=0, offset=offset)
+        return WaitingLogRecords(offset=offset, spans=[], total_spans=0)
     waiting = PendingLogEvents.objects.filter(trace=trace)
     spans = (
         waiting.values("step_id")
@@ -207,6 +237,29 @@ def waiting_log_records(
         total_spans=total,
         offset=offset,
     )
+
+
+def waiting_steps(
+    trace: Trace, *, offset: int = 0, limit: int = WAITING_STEPS_SHOWN
+) -> WaitingSteps:
+    """The steps of ``trace`` stored at the top level to wait for a parent span that has not
+    arrived (``Step.pending_parent_id``), in the order they came, the ``limit`` from
+    ``offset``. Each moves under its parent, with its subtree, when that span arrives; one
+    whose exporter dropped it (its queue full, the agent stopped) never does. No query for a
+    trace not recorded over OTLP, one when no step waits, two otherwise."""
+    if not trace.is_otlp:
+        return WaitingSteps(offset=offset, steps=[], total_steps=0)
+    waiting = Step.objects.for_trace(trace).filter(pending_parent_id__isnull=False)
+    total = waiting.count()
+    rows = []
+    if total > offset:
+        window = step_values(waiting.in_order()).annotate(
+            # Kept by the mapping (``traces.otlp``); text whatever a stored row holds there.
+            parent_span=KT("data__otel_span__parent_span_id")
+        )
+        rows = list(window[offset : offset + limit])
+    steps = [step_from_values(row) | {"parent_span_id": row["parent_span"]} for row in rows]
+    return WaitingSteps(offset=offset, steps=steps, total_steps=total)
 
 
 @dataclass(frozen=True)

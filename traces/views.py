@@ -76,6 +76,9 @@ def trace_page(request: HtmxHttpRequest, trace_id: uuid.UUID) -> HttpResponse:
     if request.htmx.target == "waiting-logs":  # once a span they waited for arrives
         waiting = selectors.waiting_log_records(trace)
         return render(request, "traces/trace.html#waiting", {"trace": trace, "waiting": waiting})
+    if request.htmx.target == "waiting-steps":  # once a step waits, moves or its trace ends
+        context = {"trace": trace, "waiting_steps": selectors.waiting_steps(trace)}
+        return render(request, "traces/trace.html#waiting_steps", context)
     step_id = TreeQueryForm(request.GET).step_id()
     tree = selectors.tree_view(trace=trace, step_id=step_id)
     if request.GET.get("step") and step_id is None:
@@ -87,6 +90,7 @@ def trace_page(request: HtmxHttpRequest, trace_id: uuid.UUID) -> HttpResponse:
         "tree": tree,
         "quiet_since": selectors.otlp_quiet_since(trace),
         "waiting": selectors.waiting_log_records(trace),
+        "waiting_steps": selectors.waiting_steps(trace),
         "rows_per_request": ROWS_PER_REQUEST,
     }
     return render(request, "traces/trace.html", context)

@@ -461,6 +461,28 @@
     li.setAttribute("aria-expanded", "true");
   }
 
+  // A notice of what waits for OTLP spans (#waiting-logs, #waiting-steps) as the server
+  // renders it now, left open if the reader had opened it.
+  function reloadNotice(id) {
+    const wasOpen = document.querySelector("#" + id + " details")?.open;
+    return load(base, "#" + id, "outerHTML").then(() => {
+      const details = document.querySelector("#" + id + " details");
+      if (wasOpen && details) details.open = true;
+    });
+  }
+
+  // An OTLP trace's list of steps waiting for their parent spans: read anew, at most once a
+  // second, when a top-level step comes (it may wait), a step moves (it waited) or the trace
+  // ends (those still waiting never will move).
+  let waitingTimer = null;
+  function refreshWaitingSteps() {
+    if (waitingTimer || !document.getElementById("waiting-steps")) return;
+    waitingTimer = setTimeout(() => {
+      waitingTimer = null;
+      reloadNotice("waiting-steps");
+    }, 1000);
+  }
+
   function onEvent(message) {
     if (message.seq > lastSeq && message.event !== "connected") lastSeq = message.seq;
     if (message.event === "connected") {
@@ -470,13 +492,15 @@
       document.getElementById("trace-quiet")?.remove();  // a span came after all
       if (document.querySelector('[data-waiting-step="' + message.step.step_id + '"]')) {
         // Its waiting log records went into its step: the list of those still waiting anew.
-        load(base, "#waiting-logs", "outerHTML");
+        reloadNotice("waiting-logs");
       }
+      if (!message.step.parent_id) refreshWaitingSteps();
       setTotals(message.totals);
       added.add(message.step.step_id);
       parents.set(message.step.step_id, message.step.parent_id);
       queue(message.step.step_id);
     } else if (message.event === "step_updated") {
+      if (message.updates && "parent_id" in message.updates) refreshWaitingSteps();
       setTotals(message.totals);
       queue(message.step_id);
     } else if (message.event === "trace_completed") {
@@ -485,7 +509,8 @@
       // The header as the server renders it: totals, status and the task (an OTLP trace's
       // comes with its root span, which may end it).
       // Log records still waiting now wait for spans that will not come: said so.
-      if (document.querySelector("#waiting-logs details")) load(base, "#waiting-logs", "outerHTML");
+      if (document.querySelector("#waiting-logs details")) reloadNotice("waiting-logs");
+      if (document.querySelector("#waiting-steps details")) refreshWaitingSteps();
       load(base, "#trace-header", "outerHTML").then(() => {
         const header = document.getElementById("trace-header");
         const rest = document.title.indexOf(" · ");

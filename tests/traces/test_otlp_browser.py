@@ -178,6 +178,42 @@ def test_spans_sent_before_their_parent_move_under_it_live(
     screenshot("attached")
 
 
+def test_steps_waiting_for_their_parent_are_listed_live(
+    page, login, screenshot, app_server
+) -> None:
+    """Spans sent before their parent are listed above the tree with the span they wait for;
+    the list follows as more come and empties when the parent arrives; an entry opens its
+    step in the tree."""
+    user = login("ada")
+    _, token = api_token_create(user=user, name="otel")
+    spans = sdk_spans(openinference_agent)
+    children, root = spans[:-1], spans[-1]
+    send(app_server, token, children[:2])
+
+    page.goto(f"/traces/{trace_id(spans)}/")
+    page.locator("#live-state").filter(has_text="live").wait_for()
+    waiting = page.locator("#waiting-steps")
+    summary = waiting.locator("summary")
+    assert "2 steps wait at the top level" in summary.inner_text()
+    summary.click()
+    parent = f"{root.context.span_id:016x}"
+    assert waiting.locator(".waiting-list li").count() == 2
+    assert f"waits for span {parent}" in waiting.inner_text()
+
+    send(app_server, token, children[2:])  # another top-level step: the list reads anew
+    summary.filter(has_text="3 steps wait at the top level").wait_for()
+    page.wait_for_function("document.querySelector('#waiting-steps details').open")  # left open
+    waiting.get_by_role("link", name="calculator").click()
+    calculator = next(span for span in children if span.name == "calculator")
+    page.locator(f"#s-{step_of(calculator)}.selected").wait_for()
+    screenshot("waiting-steps")
+
+    send(app_server, token, [root])  # they move under it: none waits
+    waiting.locator("details").wait_for(state="detached")
+    page.locator("#trace-status").filter(has_text="completed").wait_for()
+    assert page.locator("#tree > ul.tree > li.node").count() == 1
+
+
 def test_a_quiet_trace_says_so_until_a_span_arrives(page, login, app_server) -> None:
     """A running trace with no new span for a while says its root span may never come;
     the notice goes as soon as one arrives."""

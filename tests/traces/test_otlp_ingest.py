@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 import pytest
 from asgiref.sync import sync_to_async
+from django.test import AsyncClient
 from opentelemetry import trace as otel_trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
@@ -549,6 +550,46 @@ async def test_children_sent_before_their_parents_are_kept_then_attached(user):
     assert top["subtree_tokens"] == 15
     assert top["subtree_error_count"] == 1
     assert all(c["depth"] == 1 for c in top["children"])
+
+
+async def test_steps_waiting_for_their_parent_are_listed_until_it_comes(user, other_user):
+    """The children that came before their root wait for it at the top level: the API and the
+    trace page list them with the span they wait for (as still to come while the trace runs,
+    as never come once it ends), and none once the root arrives."""
+    spans = sdk_spans(openinference_agent)
+    token = await token_for(user)
+    children, root = spans[:-1], spans[-1]
+    assert (await post_otlp(protobuf_body(children), token=token)).status_code == HTTPStatus.OK
+    owner, other = AsyncClient(), AsyncClient()
+    await owner.aforce_login(user)
+    await other.aforce_login(other_user)
+    api = f"/api/traces/{trace_of(spans)}/waiting-steps"
+
+    first = (await owner.get(api, {"limit": 2})).json()
+    assert (first["total_steps"], first["next_offset"]) == (3, 2)
+    assert [s["name"] for s in first["steps"]] == ["ChatCompletion", "calculator"]
+    assert {s["parent_span_id"] for s in first["steps"]} == {
+        root.context.span_id.to_bytes(8, "big").hex()
+    }
+    assert all(s["parent_id"] is None and s["depth"] == 0 for s in first["steps"])
+    rest = (await owner.get(api, {"offset": 2})).json()
+    assert ([s["name"] for s in rest["steps"]], rest["next_offset"]) == (["retrieve"], None)
+    bad = await owner.get(api, {"limit": 0})
+    assert bad.status_code == HTTPStatus.UNPROCESSABLE_ENTITY
+    assert bad.json()["error"]["code"] == "validation_error"
+    assert (await other.get(api)).status_code == HTTPStatus.NOT_FOUND
+    page = (await owner.get(f"/traces/{trace_of(spans)}/")).content.decode()
+    assert "3 steps wait at the top level for their parent spans, which have not arrived." in page
+
+    ended = await post_as(user, f"/api/traces/{trace_of(spans)}/complete", {"status": "cancelled"})
+    assert ended.status_code == HTTPStatus.OK
+    page = (await owner.get(f"/traces/{trace_of(spans)}/")).content.decode()
+    assert "3 steps stay at the top level: their parent spans never arrived." in page
+
+    assert (await post_otlp(protobuf_body([root]), token=token)).status_code == HTTPStatus.OK
+    assert (await owner.get(api)).json() == {"steps": [], "total_steps": 0, "next_offset": None}
+    page = (await owner.get(f"/traces/{trace_of(spans)}/")).content.decode()
+    assert '<div id="waiting-steps"></div>' in page
 
 
 async def test_a_root_with_text_postgresql_cannot_hold_ends_its_trace(user):

@@ -243,6 +243,7 @@ def assert_every_trace_readable(user: User, owner: Client, staff: Client) -> Non
         pages = [f"/traces/{trace.id}/", *(f"/traces/{trace.id}/?step={s}" for s in steps[:3])]
         pages += [f"/api/traces/{trace.id}/steps/{s}" for s in steps[:3]]
         pages += [f"/traces/{trace.id}/timeline/", f"/traces/{trace.id}/search/?q=a"]
+        pages += [f"/api/traces/{trace.id}/waiting-{what}" for what in ("steps", "log-records")]
         assert_readable(owner, staff, *trace_reads(trace.id), *pages)
 
 

@@ -280,9 +280,10 @@ def test_the_trace_page_shows_the_header_and_the_opened_iterations(
     assert f'data-watch="/api/traces/{trace.id}/watch"' in content
 
 
-#: The queries of a running OTLP trace's page with no log records waiting: session, user,
-#: trace, roots, repeated calls, when its last span came, the waiting spans, the theme.
-QUERIES_OTLP_PAGE = 8
+#: The queries of a running OTLP trace's page with nothing waiting: session, user, trace,
+#: roots, repeated calls, when its last span came, the waiting spans, the waiting steps, the
+#: theme.
+QUERIES_OTLP_PAGE = 9
 
 
 def otlp_trace(user: User, *, quiet_for: timedelta) -> Trace:
@@ -400,6 +401,74 @@ def test_waiting_log_records_of_any_shape_do_not_break_the_page(
     assert "<i>text</i>" not in content
     listed = signed_in.get(f"/api/traces/{trace.id}/waiting-log-records").json()
     assert [len(span["events"]) for span in listed["spans"]] == [1, 4, 0]
+
+
+def test_an_otlp_trace_page_lists_steps_waiting_for_their_parent_in_constant_queries(
+    signed_in: Client, user: User, django_assert_num_queries: Any
+) -> None:
+    """Steps stored at the top level to wait for a parent span: a count, the first ones (each
+    a link to it, with the span it waits for), however many; names escaped; a row whose
+    data holds no span id (or not an object) still reads."""
+    trace = otlp_trace(user, quiet_for=timedelta(seconds=30))
+    add(
+        trace,
+        *(
+            step(
+                "action",
+                name=f"<b>tool {i}</b>",
+                data={"otel_span": {"parent_span_id": f"{i:016x}"}},
+            )
+            for i in range(24)
+        ),
+        step("memory_read", name="no span id", data={"otel_span": ["not", "an", "object"]}),
+    )
+    Step.objects.filter(trace=trace).exclude(name="search").update(pending_parent_id=uuid.uuid4())
+    with django_assert_num_queries(QUERIES_OTLP_PAGE + 1):  # ... the window of waiting steps
+        content = signed_in.get(f"/traces/{trace.id}/").content.decode()
+    assert (
+        "25 steps wait at the top level for their parent spans, which have not arrived." in content
+    )
+    listed = content.split('class="waiting-list"')[1].split("</ol>")[0]
+    assert listed.count("<li>") == 20
+    assert "&lt;b&gt;tool 0&lt;/b&gt;" in listed
+    assert "<b>tool" not in listed
+    assert "waits for span <code>0000000000000013</code>" in listed
+    assert "5 more steps wait: the API lists them all." in content
+    first = Step.objects.get(trace=trace, name="<b>tool 0</b>")
+    assert f'data-jump-to="{first.id}"' in listed
+
+    # The partial the page reloads as steps come, move and its trace ends; in Chinese too.
+    Trace.objects.filter(pk=trace.pk).update(status="completed")
+    partial = signed_in.get(
+        f"/traces/{trace.id}/", headers={"HX-Request": "true", "HX-Target": "waiting-steps"}
+    )
+    assert partial.content.decode().strip().startswith('<div id="waiting-steps">')
+    assert (
+        "25 steps stay at the top level: their parent spans never arrived."
+        in partial.content.decode()
+    )
+    chinese = signed_in.get(
+        f"/traces/{trace.id}/",
+        headers={
+            "HX-Request": "true",
+            "HX-Target": "waiting-steps",
+            "Accept-Language": "zh-CN,zh;q=0.9",
+        },
+    ).content.decode()
+    assert "25 个步骤" in chinese
+
+    api = signed_in.get(f"/api/traces/{trace.id}/waiting-steps", {"offset": 20}).json()
+    assert (api["total_steps"], api["next_offset"], len(api["steps"])) == (25, None, 5)
+    assert api["steps"][-1]["name"] == "no span id"
+    assert api["steps"][-1]["parent_span_id"] is None
+    assert api["steps"][0]["parent_span_id"] == f"{20:016x}"
+
+
+def test_a_trace_not_recorded_over_otlp_has_no_waiting_steps(signed_in: Client, user: User) -> None:
+    trace = react_trace(user, iterations=1)
+    assert 'id="waiting-steps"' not in signed_in.get(f"/traces/{trace.id}/").content.decode()
+    listed = signed_in.get(f"/api/traces/{trace.id}/waiting-steps").json()
+    assert listed == {"steps": [], "total_steps": 0, "next_offset": None}
 
 
 def test_the_trace_page_uses_constant_queries(
