@@ -21,7 +21,11 @@ enough that nothing is dropped) and the OTLP/HTTP protobuf exporter. For each se
   until the server has acknowledged every batch;
 - **readable**: from the same flush until a read of the whole trace returns every span, all in
   one tree: DevAssist's ``GET /api/traces/{id}/tree`` (compact), Phoenix's REST API
-  (``GET /v1/projects/{project}/spans?trace_id=``, 1,000 spans a page, its limit), polled;
+  (``GET /v1/projects/{project}/spans?trace_id=``, 1,000 spans a page, its limit). The polls
+  ask each server's count of the trace's spans (DevAssist's ``GET /api/traces/{id}``,
+  Phoenix's GraphQL ``numSpans``) and the whole trace is read once it counts them all:
+  reading it whole at every poll (``--poll whole``) slows the server being waited for,
+  Phoenix 2.5-3.5x;
 - **read**: that whole-trace read once it is complete, ``--reads`` times (p50); the client
   parses each answer with orjson, for both.
 
@@ -439,6 +443,34 @@ def read_devassist(client: httpx.Client, trace_id: str) -> tuple[int, int]:
     return count, len(roots)
 
 
+def count_devassist(client: httpx.Client, trace_id: str) -> int:
+    """The steps DevAssist has stored of the trace (its totals, ``GET /api/traces/{id}``)."""
+    import uuid
+
+    response = client.get(f"/api/traces/{uuid.UUID(trace_id)}")
+    if response.status_code == 404:
+        return 0
+    response.raise_for_status()
+    return int(orjson.loads(response.content)["total_steps"])
+
+
+PHOENIX_NUM_SPANS = """query ($traceId: ID!) {
+  projects { edges { node { name trace(traceId: $traceId) { numSpans } } } }
+}"""
+
+
+def count_phoenix(client: httpx.Client, trace_id: str) -> int:
+    """The spans Phoenix has stored of the trace (its GraphQL API's ``numSpans``)."""
+    response = client.post(
+        "/graphql", json={"query": PHOENIX_NUM_SPANS, "variables": {"traceId": trace_id}}
+    )
+    response.raise_for_status()
+    for edge in orjson.loads(response.content)["data"]["projects"]["edges"]:
+        if edge["node"]["name"] == PHOENIX_PROJECT and edge["node"]["trace"]:
+            return int(edge["node"]["trace"]["numSpans"])
+    return 0
+
+
 def read_phoenix(client: httpx.Client, trace_id: str) -> tuple[int, int]:
     """(spans, spans without a parent) of the whole trace, page by page."""
     count = roots = 0
@@ -567,32 +599,47 @@ class Run:
 
 
 def wait_readable(
-    reader: Callable[[str], tuple[int, int]],
+    server: Server,
     sent: Sent,
-    done: Callable[[int, int], bool],
+    spans: int,
     *,
+    one_tree: bool,
     poll_s: float,
     give_up_s: float,
 ) -> float:
-    """Poll ``reader`` on the trace ``sent`` until ``done(spans, top-level spans)``; the
-    seconds since its flush then (``RuntimeError`` after ``give_up_s``)."""
+    """Poll the trace ``sent`` on ``server`` until its whole read returns ``spans`` spans (all
+    in one tree with ``one_tree``); the seconds since its flush then (``RuntimeError`` after
+    ``give_up_s``). With ``server.counter``, the poll asks that, and the whole trace is read
+    once it counts them all, so that the polling itself does not slow the server down."""
+    count = 0
     while True:
-        count, roots = reader(sent.trace_id)
-        if done(count, roots):
-            return time.perf_counter() - sent.flush_started
+        if server.counter is None or server.counter(sent.trace_id) >= spans:
+            count, roots = server.reader(sent.trace_id)
+            if count == spans and (roots == 1 or not one_tree):
+                return time.perf_counter() - sent.flush_started
         if time.perf_counter() - sent.flush_started > give_up_s:
             raise RuntimeError(f"only {count} spans readable after {give_up_s} s")
         time.sleep(poll_s)
 
 
+@dataclass(frozen=True)
+class Server:
+    """How the benchmark reads a server back: ``reader`` the whole trace, (spans, top-level
+    spans); ``counter`` the spans it has stored, cheaply, for the polls (``None``: the polls
+    read the whole trace); ``poll_s`` between polls."""
+
+    reader: Callable[[str], tuple[int, int]]
+    counter: Callable[[str], int] | None
+    poll_s: float
+
+
 def measure(
     plan: TracePlan,
+    server: Server,
     *,
     endpoint: str,
     headers: dict[str, str],
-    reader: Callable[[str], tuple[int, int]],
     reads: int,
-    poll_s: float,
     give_up_s: float,
     pace_s: float,
     watch_url: str | None = None,
@@ -607,11 +654,7 @@ def measure(
     sent = send(plan, endpoint, headers, trace_id=trace_id, pace_s=pace_s)
     expected = len(plan.spans)
     readable_s = wait_readable(
-        reader,
-        sent,
-        lambda count, roots: count == expected and roots == 1,
-        poll_s=poll_s,
-        give_up_s=give_up_s,
+        server, sent, expected, one_tree=True, poll_s=server.poll_s, give_up_s=give_up_s
     )
     watched_s = None
     if watcher is not None:
@@ -622,7 +665,7 @@ def measure(
     timed = []
     for _ in range(reads):
         started = time.perf_counter()
-        assert reader(sent.trace_id)[0] == expected
+        assert server.reader(sent.trace_id)[0] == expected
         timed.append(time.perf_counter() - started)
     return Run(
         trace_id=sent.trace_id,
@@ -636,11 +679,10 @@ def measure(
 
 def kept_by_sdk_queue(
     plan: TracePlan,
+    server: Server,
     *,
     endpoint: str,
     headers: dict[str, str],
-    reader: Callable[[str], tuple[int, int]],
-    poll_s: float,
     give_up_s: float,
     pace_s: float,
 ) -> int:
@@ -651,7 +693,7 @@ def kept_by_sdk_queue(
         plan, endpoint, headers, trace_id=random.getrandbits(128), pace_s=pace_s, sdk_queue=True
     )
     wait_readable(
-        reader, sent, lambda count, _: count == sent.exported, poll_s=poll_s, give_up_s=give_up_s
+        server, sent, sent.exported, one_tree=False, poll_s=server.poll_s, give_up_s=give_up_s
     )
     return sent.exported
 
@@ -807,6 +849,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--give-up", type=float, default=900.0, help="seconds to wait for a whole trace"
     )
     parser.add_argument(
+        "--poll",
+        choices=["count", "whole"],
+        default="count",
+        help="wait for the trace by polling the server's count of its spans, then reading it "
+        "whole (the default), or by reading it whole at every poll (which slows the server)",
+    )
+    parser.add_argument(
         "--watch",
         choices=["socket", "page"],
         help="watch each trace on DevAssist as it arrives: on its websocket, as the trace page's "
@@ -854,16 +903,22 @@ def main(argv: Sequence[str] | None = None) -> int:
             headers = {"Authorization": f"Bearer {token}"}
             with httpx.Client(base_url=base_url, headers=headers, timeout=120) as client:
                 read_devassist(client, "0" * 31 + "1")  # warm the server up
+                devassist = Server(
+                    reader=lambda trace_id: read_devassist(client, trace_id),
+                    counter=(lambda trace_id: count_devassist(client, trace_id))
+                    if args.poll == "count"
+                    else None,
+                    poll_s=0.02,
+                )
 
                 def measured(endpoint: str) -> list[Run]:
                     return [
                         measure(
                             plan,
+                            devassist,
                             endpoint=endpoint,
                             headers=headers,
-                            reader=lambda trace_id: read_devassist(client, trace_id),
                             reads=args.reads,
-                            poll_s=0.02,
                             give_up_s=args.give_up,
                             pace_s=args.pace,
                             watch_url=base_url,
@@ -886,10 +941,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 if args.sdk_queue:
                     kept = kept_by_sdk_queue(
                         plan,
+                        devassist,
                         endpoint=f"{base_url}/v1/traces",
                         headers=headers,
-                        reader=lambda trace_id: read_devassist(client, trace_id),
-                        poll_s=0.02,
                         give_up_s=args.give_up,
                         pace_s=args.pace,
                     )
@@ -913,14 +967,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not args.no_phoenix and args.phoenix_python.exists():
             with phoenix_server(args.phoenix_python) as base_url:
                 with httpx.Client(base_url=base_url, timeout=120) as client:
+                    phoenix = Server(
+                        reader=lambda trace_id: read_phoenix(client, trace_id),
+                        counter=(lambda trace_id: count_phoenix(client, trace_id))
+                        if args.poll == "count"
+                        else None,
+                        poll_s=0.25,
+                    )
                     runs = [
                         measure(
                             plan,
+                            phoenix,
                             endpoint=f"{base_url}/v1/traces",
                             headers={},
-                            reader=lambda trace_id: read_phoenix(client, trace_id),
                             reads=args.reads,
-                            poll_s=0.25,
                             give_up_s=args.give_up,
                             pace_s=args.pace,
                         )
@@ -930,10 +990,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                     if args.sdk_queue:
                         kept = kept_by_sdk_queue(
                             plan,
+                            phoenix,
                             endpoint=f"{base_url}/v1/traces",
                             headers={},
-                            reader=lambda trace_id: read_phoenix(client, trace_id),
-                            poll_s=0.25,
                             give_up_s=args.give_up,
                             pace_s=args.pace,
                         )
