@@ -18,7 +18,7 @@ from chat.models import Conversation
 from chat.services import NewMessage, messages_append
 from devassist.models import UserPreferences
 from tests.browser import ARTIFACTS, PASSWORD, browser_user
-from traces.models import Trace
+from traces.models import PendingLogEvents, Step, Trace
 from traces.store import OrmTraceStore, StepCreate
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -156,6 +156,26 @@ def long_trace(user: Any) -> tuple[Trace, uuid.UUID]:
     return trace, action
 
 
+def long_otlp_trace(user: Any) -> Trace:
+    """A running trace recorded over OTLP whose spans and log records wait for parents and
+    spans that have not arrived, with long names, ids and bodies."""
+    trace = Trace.objects.create(user=user, task=LONG_WORD, metadata={"otel": {}})
+    waiting = [
+        StepCreate(
+            step_type="action",
+            name=LONG_WORD[:200],
+            data={"otel_span": {"parent_span_id": LONG_WORD}},
+        ),
+        StepCreate(step_type="memory_read", name="retrieve", description=LONG_LINE),
+    ]
+    OrmTraceStore().add_steps_sync(trace.id, waiting)
+    Step.objects.filter(trace=trace).update(pending_parent_id=uuid.uuid4())
+    PendingLogEvents.objects.create(
+        trace=trace, step_id=uuid.uuid4(), span_id="f" * 16, events=[{"body": LONG_LINE}]
+    )
+    return trace
+
+
 def chat_with_long_content(page: Any, live_model: Any, user: Any) -> str:
     """An agent turn (a step card and an answer) sent through the page, then a turn with a
     400-character code line and a wide table, and the longest title the conversation can hold
@@ -186,6 +206,7 @@ def site(page: Any, live_model: Any, django_user_model: Any) -> dict[str, Any]:
     sign_in(page, "root")
     chat_url = chat_with_long_content(page, live_model, user)
     trace, failed = long_trace(user)
+    otlp = long_otlp_trace(user)
 
     def chat(p: Any) -> None:
         p.goto(chat_url)
@@ -202,6 +223,12 @@ def site(page: Any, live_model: Any, django_user_model: Any) -> dict[str, Any]:
         p.click("#timeline-toggle")
         p.locator("#timeline .timeline").wait_for()
 
+    def otlp_trace_page(p: Any) -> None:
+        p.goto(f"/traces/{otlp.id}/")
+        for summary in (p.locator("#waiting-steps summary"), p.locator("#waiting-logs summary")):
+            summary.click()
+        p.locator("#waiting-logs .waiting-span").wait_for()
+
     def debug_panel(p: Any) -> None:
         p.goto(chat_url)
         switch = p.locator("#debug-mode-switch")
@@ -210,7 +237,13 @@ def site(page: Any, live_model: Any, django_user_model: Any) -> dict[str, Any]:
         p.locator("#debug-open").click()
         p.locator("#debug-panel .dbg-group").first.wait_for()
 
-    return {"chat": chat, "trace list": trace_list, "trace": trace_page, "debug": debug_panel}
+    return {
+        "chat": chat,
+        "trace list": trace_list,
+        "trace": trace_page,
+        "otlp trace": otlp_trace_page,
+        "debug": debug_panel,
+    }
 
 
 def login_page(browse: Any, viewport: dict[str, int], scheme: str) -> Any:
@@ -230,8 +263,11 @@ def test_no_page_overflows_horizontally(browse, live_model, django_user_model, v
         assert overflow["scrollWidth"] <= overflow["clientWidth"], (name, overflow)
         if viewport == PHONE:
             assert small_targets(page) == [], name
-        if name in ("chat", "trace"):
-            save(page, f"{name}-{'phone' if viewport == PHONE else 'desktop'}-{scheme}")
+        if name in ("chat", "trace", "otlp trace"):
+            save(
+                page,
+                f"{name.replace(' ', '-')}-{'phone' if viewport == PHONE else 'desktop'}-{scheme}",
+            )
     login = login_page(browse, viewport, scheme)
     overflow = login.evaluate(OVERFLOW_JS)
     assert overflow["scrollWidth"] <= overflow["clientWidth"], ("login", overflow)
