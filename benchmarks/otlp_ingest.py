@@ -613,8 +613,8 @@ def wait_readable(
     once it counts them all, so that the polling itself does not slow the server down."""
     count = 0
     while True:
-        if server.counter is None or server.counter(sent.trace_id) >= spans:
-            count, roots = server.reader(sent.trace_id)
+        if server.counter is None or server.counter(server.client, sent.trace_id) >= spans:
+            count, roots = server.read(sent.trace_id)
             if count == spans and (roots == 1 or not one_tree):
                 return time.perf_counter() - sent.flush_started
         if time.perf_counter() - sent.flush_started > give_up_s:
@@ -624,13 +624,17 @@ def wait_readable(
 
 @dataclass(frozen=True)
 class Server:
-    """How the benchmark reads a server back: ``reader`` the whole trace, (spans, top-level
-    spans); ``counter`` the spans it has stored, cheaply, for the polls (``None``: the polls
-    read the whole trace); ``poll_s`` between polls."""
+    """How the benchmark reads a server back through ``client``: ``reader`` the whole trace,
+    (spans, top-level spans); ``counter`` the spans it has stored, cheaply, for the polls
+    (``None``: the polls read the whole trace); ``poll_s`` between polls."""
 
-    reader: Callable[[str], tuple[int, int]]
-    counter: Callable[[str], int] | None
+    client: httpx.Client
+    reader: Callable[[httpx.Client, str], tuple[int, int]]
+    counter: Callable[[httpx.Client, str], int] | None
     poll_s: float
+
+    def read(self, trace_id: str) -> tuple[int, int]:
+        return self.reader(self.client, trace_id)
 
 
 def measure(
@@ -665,7 +669,7 @@ def measure(
     timed = []
     for _ in range(reads):
         started = time.perf_counter()
-        assert server.reader(sent.trace_id)[0] == expected
+        assert server.read(sent.trace_id)[0] == expected
         timed.append(time.perf_counter() - started)
     return Run(
         trace_id=sent.trace_id,
@@ -903,13 +907,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             headers = {"Authorization": f"Bearer {token}"}
             with httpx.Client(base_url=base_url, headers=headers, timeout=120) as client:
                 read_devassist(client, "0" * 31 + "1")  # warm the server up
-                devassist = Server(
-                    reader=lambda trace_id: read_devassist(client, trace_id),
-                    counter=(lambda trace_id: count_devassist(client, trace_id))
-                    if args.poll == "count"
-                    else None,
-                    poll_s=0.02,
-                )
+                counter = count_devassist if args.poll == "count" else None
+                devassist = Server(client, read_devassist, counter, poll_s=0.02)
 
                 def measured(endpoint: str) -> list[Run]:
                     return [
@@ -967,13 +966,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not args.no_phoenix and args.phoenix_python.exists():
             with phoenix_server(args.phoenix_python) as base_url:
                 with httpx.Client(base_url=base_url, timeout=120) as client:
-                    phoenix = Server(
-                        reader=lambda trace_id: read_phoenix(client, trace_id),
-                        counter=(lambda trace_id: count_phoenix(client, trace_id))
-                        if args.poll == "count"
-                        else None,
-                        poll_s=0.25,
-                    )
+                    counter = count_phoenix if args.poll == "count" else None
+                    phoenix = Server(client, read_phoenix, counter, poll_s=0.25)
                     runs = [
                         measure(
                             plan,

@@ -280,8 +280,8 @@ async def trace_waiting_log_records(
         trace, offset=query.offset, limit=query.limit
     )
     return {
-        "spans": [span.as_dict() for span in waiting.spans],
-        "total_spans": waiting.total_spans,
+        "spans": [span.as_dict() for span in waiting.items],
+        "total_spans": waiting.total,
         "next_offset": waiting.next_offset,
     }
 
@@ -300,8 +300,8 @@ async def trace_waiting_steps(
     )
     return json_response(
         {
-            "steps": waiting.steps,
-            "total_steps": waiting.total_steps,
+            "steps": waiting.items,
+            "total_steps": waiting.total,
             "next_offset": waiting.next_offset,
         }
     )

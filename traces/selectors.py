@@ -21,7 +21,7 @@ import uuid
 from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from asgiref.sync import sync_to_async
 from django.db import connection
@@ -88,6 +88,8 @@ OTLP_QUIET = timedelta(minutes=5)
 WAITING_SPANS_SHOWN = 20
 #: The steps waiting for their parent span that the trace page lists (the API pages through all).
 WAITING_STEPS_SHOWN = 20
+
+T = TypeVar("T")
 
 
 # --- traces -------------------------------------------------------------------------------------
@@ -160,60 +162,36 @@ class WaitingSpan:
 
 
 @dataclass(frozen=True)
-class _WaitingWindow:
-    """A window from ``offset`` of a trace's ``total`` waiting things (``shown`` of them)."""
+class Waiting(Generic[T]):
+    """A window of ``items`` from ``offset`` of a trace's ``total`` waiting things, oldest
+    first: the spans whose log records wait for them (``WaitingSpan``), or the steps that
+    wait at the top level for their parent span (each a step in the API's shape with the id
+    of the span it waits for, ``parent_span_id``, hex)."""
 
+    items: list[T]
+    total: int
     offset: int
-
-    def _counts(self) -> tuple[int, int]:
-        raise NotImplementedError
 
     @property
     def next_offset(self) -> int | None:
-        shown, total = self._counts()
-        end = self.offset + shown
-        return end if end < total else None
+        end = self.offset + len(self.items)
+        return end if end < self.total else None
 
     @property
     def more(self) -> int:
         """How many come after the window."""
-        shown, total = self._counts()
-        return max(total - self.offset - shown, 0)
-
-
-@dataclass(frozen=True)
-class WaitingLogRecords(_WaitingWindow):
-    """A window of the spans of a trace whose log records wait for them, oldest first."""
-
-    spans: list[WaitingSpan]
-    total_spans: int
-
-    def _counts(self) -> tuple[int, int]:
-        return len(self.spans), self.total_spans
-
-
-@dataclass(frozen=True)
-class WaitingSteps(_WaitingWindow):
-    """A window of the steps of an OTLP trace that wait at the top level for their parent
-    span, in the order they came: each a step in the API's shape with the id of the span it
-    waits for (``parent_span_id``, hex)."""
-
-    steps: list[dict[str, Any]]
-    total_steps: int
-
-    def _counts(self) -> tuple[int, int]:
-        return len(self.steps), self.total_steps
+        return max(self.total - self.offset - len(self.items), 0)
 
 
 def waiting_log_records(
     trace: Trace, *, offset: int = 0, limit: int = WAITING_SPANS_SHOWN
-) -> WaitingLogRecords:
+) -> Waiting[WaitingSpan]:
     """The log records of ``trace``'s spans that have not arrived (yet, while it runs; an
     exporter that dropped a span, or a span sent elsewhere, never sends it), grouped by span,
     the ``limit`` spans from ``offset`` in the order their first records came. No query for
     a trace not recorded over OTLP, one when no records wait, three otherwise."""
     if not trace.is_otlp:
-        return WaitingLogRecords(offset=offset, spans=[], total_spans=0)
+        return Waiting(items=[], total=0, offset=offset)
     waiting = PendingLogEvents.objects.filter(trace=trace)
     spans = (
         waiting.values("step_id")
@@ -229,26 +207,26 @@ def waiting_log_records(
         for step_id, step_events in rows.values_list("step_id", "events"):
             # A list of event objects as written; anything else is shown as one event.
             events[step_id] += step_events if isinstance(step_events, list) else [step_events]
-    return WaitingLogRecords(
-        spans=[
+    return Waiting(
+        items=[
             WaitingSpan(step_id=step_id, span_id=span_id, received_at=at, events=events[step_id])
             for step_id, span_id, at in window
         ],
-        total_spans=total,
+        total=total,
         offset=offset,
     )
 
 
 def waiting_steps(
     trace: Trace, *, offset: int = 0, limit: int = WAITING_STEPS_SHOWN
-) -> WaitingSteps:
+) -> Waiting[dict[str, Any]]:
     """The steps of ``trace`` stored at the top level to wait for a parent span that has not
     arrived (``Step.pending_parent_id``), in the order they came, the ``limit`` from
     ``offset``. Each moves under its parent, with its subtree, when that span arrives; one
     whose exporter dropped it (its queue full, the agent stopped) never does. No query for a
     trace not recorded over OTLP, one when no step waits, two otherwise."""
     if not trace.is_otlp:
-        return WaitingSteps(offset=offset, steps=[], total_steps=0)
+        return Waiting(items=[], total=0, offset=offset)
     waiting = Step.objects.for_trace(trace).filter(pending_parent_id__isnull=False)
     total = waiting.count()
     rows = []
@@ -259,7 +237,7 @@ def waiting_steps(
         )
         rows = list(window[offset : offset + limit])
     steps = [step_from_values(row) | {"parent_span_id": row["parent_span"]} for row in rows]
-    return WaitingSteps(offset=offset, steps=steps, total_steps=total)
+    return Waiting(items=steps, total=total, offset=offset)
 
 
 @dataclass(frozen=True)
@@ -1156,8 +1134,8 @@ async def export_chunks(trace: Trace) -> AsyncIterator[bytes]:
     offset: int | None = 0 if trace.is_otlp else None
     while offset is not None:
         waiting = await sync_to_async(waiting_log_records)(trace, offset=offset, limit=EXPORT_CHUNK)
-        if waiting.spans:
-            body = b",".join(json_bytes(span.as_dict()) for span in waiting.spans)
+        if waiting.items:
+            body = b",".join(json_bytes(span.as_dict()) for span in waiting.items)
             yield (b"," if opened else b'],"waiting_log_records":[') + body
             opened = True
         offset = waiting.next_offset
