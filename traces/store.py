@@ -15,6 +15,7 @@ Reads are in ``traces.selectors``.
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
@@ -371,12 +372,12 @@ class _Write:
 
     Everything is worked out in memory first (seq, depth, path, the rollups of new steps, the
     deltas of stored ones, the trace's counters, the events); ``save`` then stores it: one
-    ``bulk_create`` for the new steps and one for the logged events (moves, updates, the
-    end), a relative ``F()`` update of the rollups of stored steps per distinct delta, a
-    ``bulk_update`` of changed stored steps and the trace's row. The broadcast goes out after
-    commit, with a ``step_added`` event for each new step (not stored: the step is its record.
-    Storing a copy doubled the rows a batch writes: ``benchmarks/otlp_ingest.py``'s 10,000
-    spans took 8.2-9.4 s to store in-process with it, 5.1-5.9 s without)."""
+    insert for the new steps (``_insert_steps``) and one for the logged events (moves,
+    updates, the end), a relative ``F()`` update of the rollups of stored steps per distinct
+    delta, a ``bulk_update`` of changed stored steps and the trace's row. The broadcast goes
+    out after commit, with a ``step_added`` event for each new step (not stored: the step is
+    its record. Storing a copy doubled the rows a batch writes: ``benchmarks/otlp_ingest.py``'s
+    10,000 spans took 8.2-9.4 s to store in-process with it, 5.1-5.9 s without)."""
 
     def __init__(
         self,
@@ -937,7 +938,7 @@ def _save_writes(writes: Sequence[_Write]) -> None:
         # 37.6 s spent storing them went to building it).
         write.trace.save(update_fields=[*_TRACE_FIELDS, *sorted(write.extra_trace_fields)])
         write._save_rollups()
-    Step.objects.bulk_create([step for write in writes for step in write.new_steps.values()])
+    _insert_steps([step for write in writes for step in write.new_steps.values()])
     for write in writes:
         write._save_moves()
         write._save_changed()
@@ -957,8 +958,43 @@ def _save_opening(writes: Sequence[_Write]) -> None:
     per trace: 0.4 ms each of a service's small traces (benchmarks/README.md,
     "2026-12-05 17:30")."""
     Trace.objects.bulk_create([write.trace for write in writes])
-    Step.objects.bulk_create([step for write in writes for step in write.new_steps.values()])
+    _insert_steps([step for write in writes for step in write.new_steps.values()])
     TraceEvent.objects.bulk_create([event for write in writes for event in write.events])
+
+
+def _insert_steps(steps: Sequence[Step]) -> None:
+    """Insert new ``steps`` (their ids set, made storable): on PostgreSQL with ``COPY ... FROM
+    STDIN``, each value prepared by its field as ``bulk_create`` prepares it; with
+    ``bulk_create`` elsewhere (SQLite has no ``COPY``).
+
+    ``bulk_create`` sends the rows as one array per column, which psycopg writes as text in
+    Python, escaping every step's JSON (a regular expression per value); ``COPY`` sends each
+    row as psycopg's C code formats it. In ``benchmarks/otlp_ingest.py``'s 10,000-span burst,
+    the trace was readable 11.1 s after the flush with ``bulk_create`` and 7.3 s with
+    ``COPY`` (Phoenix: 107 s; the ingest target, 10x Phoenix, is met only with ``COPY``;
+    benchmarks/README.md, "2026-12-06 08:15")."""
+    if not steps:
+        return
+    connection = transaction.get_connection()  # the write's
+    if connection.vendor != "postgresql":
+        Step.objects.bulk_create(steps)
+        return
+    fields = Step._meta.concrete_fields
+    quote = connection.ops.quote_name
+    columns = ", ".join(quote(f.column) for f in fields)
+    sql = f"COPY {quote(Step._meta.db_table)} ({columns}) FROM STDIN"
+    # As Django's own queries: its exceptions (IntegrityError...) and, when queries are
+    # logged (DEBUG, django_assert_num_queries), the statement in connection.queries.
+    with connection.cursor() as cursor, connection.wrap_database_errors:
+        logged = cursor.debug_sql(sql) if connection.queries_logged else contextlib.nullcontext()
+        with logged, cursor.cursor.copy(sql) as copy:
+            for step in steps:
+                copy.write_row(
+                    [f.get_db_prep_save(f.pre_save(step, add=True), connection) for f in fields]
+                )
+    for step in steps:
+        step._state.adding = False
+        step._state.db = connection.alias
 
 
 def _log_created(trace: Trace) -> None:

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import threading
 import uuid
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 import pytest
@@ -531,6 +532,53 @@ def test_a_batch_is_written_in_the_same_queries_whatever_its_size(user, django_a
 
     root_row = Step.objects.get(pk=root.id)
     assert (root_row.children_count, root_row.subtree_steps) == (501, 502)
+
+
+def test_new_steps_keep_every_value_as_sent(user):
+    """New steps go in with PostgreSQL's COPY (text format): the characters that format
+    gives a meaning (tab, newline, backslash, its end-of-data line, ``\\N`` for NULL) and
+    every kind of field come back as they were sent, in the step and in the trace's read."""
+    awkward = "tab\there\nnew line\r\nback\\slash \\N \\.\n\\.\n'quote\" \u4e2d\u6587 \U0001f600"
+    started = datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
+    data = {
+        "text": awkward,
+        "null": None,
+        "big": 2**63 - 1,
+        "float": 0.1,
+        "list": [awkward, {"\\N": "\t"}],
+    }
+    trace = make_trace(user)
+    root = step("goal", name="\\N")
+    child = step(
+        "action",
+        parent=root,
+        name=awkward[:200],
+        description=awkward,
+        error=awkward,
+        status="failed",
+        data=data,
+        started_at=started,
+        finished_at=started + timedelta(milliseconds=1500),
+        tokens=2**31 - 1,
+        cost="12345678.12345678",
+    )
+    add(trace, root, child)
+
+    stored = Step.objects.get(pk=child.id)
+    assert (stored.name, stored.description, stored.error) == (awkward[:200], awkward, awkward)
+    assert stored.data == data
+    assert (stored.started_at, stored.finished_at, stored.duration_ms) == (
+        started,
+        started + timedelta(milliseconds=1500),
+        1500,
+    )
+    assert (stored.tokens, stored.cost) == (2**31 - 1, Decimal("12345678.12345678"))
+    assert (stored.parent_id, stored.path, stored.pending_parent_id) == (root.id, [1], None)
+    assert Step.objects.get(pk=root.id).name == "\\N"
+    assert Step.objects.get(pk=root.id).finished_at is None
+    (tree_root,) = selectors.trace_tree(trace=trace, full=True)
+    assert tree_root["children"][0]["data"] == data
+    assert tree_root["children"][0]["description"] == awkward
 
 
 @pytest.mark.django_db(transaction=True)
