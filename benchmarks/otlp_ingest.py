@@ -599,27 +599,23 @@ class Run:
 
 
 def wait_readable(
-    server: Server,
-    sent: Sent,
-    spans: int,
-    *,
-    one_tree: bool,
-    poll_s: float,
-    give_up_s: float,
+    server: Server, sent: Sent, spans: int, *, one_tree: bool, give_up_s: float
 ) -> float:
-    """Poll the trace ``sent`` on ``server`` until its whole read returns ``spans`` spans (all
-    in one tree with ``one_tree``); the seconds since its flush then (``RuntimeError`` after
-    ``give_up_s``). With ``server.counter``, the poll asks that, and the whole trace is read
-    once it counts them all, so that the polling itself does not slow the server down."""
+    """Poll the trace ``sent`` on ``server`` every ``server.poll_s`` until its whole read
+    returns ``spans`` spans (all in one tree with ``one_tree``); the seconds since its flush
+    then (``RuntimeError`` after ``give_up_s``). Where the server can count the trace's spans,
+    the poll asks that, and the whole trace is read once it counts them all, so that the
+    polling itself does not slow the server down."""
     count = 0
     while True:
-        if server.counter is None or server.counter(server.client, sent.trace_id) >= spans:
+        stored = server.count(sent.trace_id)
+        if stored is None or stored >= spans:
             count, roots = server.read(sent.trace_id)
             if count == spans and (roots == 1 or not one_tree):
                 return time.perf_counter() - sent.flush_started
         if time.perf_counter() - sent.flush_started > give_up_s:
             raise RuntimeError(f"only {count} spans readable after {give_up_s} s")
-        time.sleep(poll_s)
+        time.sleep(server.poll_s)
 
 
 @dataclass(frozen=True)
@@ -635,6 +631,10 @@ class Server:
 
     def read(self, trace_id: str) -> tuple[int, int]:
         return self.reader(self.client, trace_id)
+
+    def count(self, trace_id: str) -> int | None:
+        """The trace's stored spans; None when the polls read the whole trace instead."""
+        return None if self.counter is None else self.counter(self.client, trace_id)
 
 
 def measure(
@@ -657,9 +657,7 @@ def measure(
             raise RuntimeError("the watcher did not get ready")
     sent = send(plan, endpoint, headers, trace_id=trace_id, pace_s=pace_s)
     expected = len(plan.spans)
-    readable_s = wait_readable(
-        server, sent, expected, one_tree=True, poll_s=server.poll_s, give_up_s=give_up_s
-    )
+    readable_s = wait_readable(server, sent, expected, one_tree=True, give_up_s=give_up_s)
     watched_s = None
     if watcher is not None:
         seen = watcher.wait(give_up_s)
@@ -696,9 +694,7 @@ def kept_by_sdk_queue(
     sent = send(
         plan, endpoint, headers, trace_id=random.getrandbits(128), pace_s=pace_s, sdk_queue=True
     )
-    wait_readable(
-        server, sent, sent.exported, one_tree=False, poll_s=server.poll_s, give_up_s=give_up_s
-    )
+    wait_readable(server, sent, sent.exported, one_tree=False, give_up_s=give_up_s)
     return sent.exported
 
 
