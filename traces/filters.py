@@ -156,12 +156,14 @@ def trace_filters(params: QueryDict, *, staff: bool) -> TraceFilters:
 
 class TreeQueryForm(forms.Form):
     """The parameters of the trace page and its fragments: ``step`` (a step id), ``offset``
-    (a window's first child), ``after`` (a seq). A malformed value reads as none: a step id as
-    None, a number as 0; numbers are clamped to 0..``MAX_QUERY_INT``."""
+    (a window's first child), ``after`` (a seq), ``open`` (a window's children opened as a
+    reload opens them). A malformed value reads as none: a step id as None, a number as 0;
+    numbers are clamped to 0..``MAX_QUERY_INT``; ``open`` is on only for ``true``."""
 
     step = forms.UUIDField(required=False)
     offset = forms.IntegerField(required=False)
     after = forms.IntegerField(required=False)
+    open = forms.NullBooleanField(required=False)
 
     def step_id(self) -> uuid.UUID | None:
         self.is_valid()
@@ -171,6 +173,10 @@ class TreeQueryForm(forms.Form):
     def number(self, name: str) -> int:
         self.is_valid()
         return min(max(0, self.cleaned_data.get(name) or 0), MAX_QUERY_INT)
+
+    def opened(self) -> bool:
+        self.is_valid()
+        return self.cleaned_data.get("open") is True
 
 
 def parse_step_id(value: str) -> uuid.UUID | None:

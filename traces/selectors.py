@@ -666,11 +666,12 @@ def _open(node: dict[str, Any], children: list[dict[str, Any]], next_offset: int
     node["remaining"] = node["children_count"] - (next_offset or 0) if next_offset else 0
 
 
-def _auto_expand(trace: Trace, level: list[dict[str, Any]], budget: int) -> int:
-    """Open ``level``'s nodes breadth first, one query per level, while the rows stay within
-    ``budget``; returns the rows added."""
+def _auto_expand(trace: Trace, level: list[dict[str, Any]], budget: int, *, depth: int = 0) -> int:
+    """Open ``level``'s nodes (at ``depth``, 0 for the top level) breadth first down to
+    ``AUTO_EXPAND_DEPTH``, one query per level, while the rows stay within ``budget``;
+    returns the rows added."""
     added = 0
-    for _depth in range(AUTO_EXPAND_DEPTH):
+    for _depth in range(depth, AUTO_EXPAND_DEPTH):
         frontier = {n["step_id"]: n for n in level if n["has_children"] and not n["open"]}
         cost = sum(min(n["children_count"], CHILD_WINDOW) for n in frontier.values())
         if not frontier or added + cost > budget:
@@ -802,23 +803,29 @@ class ChildWindow:
     remaining: int
 
 
-def child_page(*, trace: Trace, parent_id: uuid.UUID | None, offset: int) -> ChildWindow:
+def child_page(
+    *, trace: Trace, parent_id: uuid.UUID | None, offset: int, opened: bool = False
+) -> ChildWindow:
     """A window of a node's children for "show more" and lazy expansion (2 or 3 queries).
-    ``StepNotFound`` for a step that is not in the trace."""
+    ``opened``: the children open as a reload opens them at their depth (the live page
+    loads a step this way when it arrives after children of its own; a query per level
+    opened). ``StepNotFound`` for a step that is not in the trace."""
     if parent_id is None:
-        total = trace.root_count
+        total, depth = trace.root_count, 0
     else:
-        count = (
+        found = (
             Step.objects.for_trace(trace)
             .filter(pk=parent_id)
-            .values_list("children_count", flat=True)
+            .values_list("children_count", "depth")
             .first()
         )
-        if count is None:
+        if found is None:
             raise StepNotFound(f"Step {parent_id} does not exist in trace {trace.id}.")
-        total = count
+        total, depth = found[0], found[1] + 1
     children, nxt, prev = _window(trace, parent_id, offset, total)
-    _mark_repeats(trace, children)
+    if opened:
+        _auto_expand(trace, children, AUTO_EXPAND_ROWS - len(children), depth=depth)
+    _mark_repeats(trace, list(_walk(children)))
     return ChildWindow(
         children=children,
         next_offset=nxt,

@@ -103,8 +103,10 @@ def trace_children(request: HtmxHttpRequest, trace_id: uuid.UUID, node: str) -> 
     parent_id = None if node == "root" else parse_step_id(node)
     if node != "root" and parent_id is None:
         raise Http404("No such step.")
-    offset = TreeQueryForm(request.GET).number("offset")
-    window = selectors.child_page(trace=trace, parent_id=parent_id, offset=offset)
+    query = TreeQueryForm(request.GET)
+    window = selectors.child_page(
+        trace=trace, parent_id=parent_id, offset=query.number("offset"), opened=query.opened()
+    )
     context = {"trace": trace, "window": window, "node": node, "direction": request.GET.get("dir")}
     return render(request, "traces/_window.html", context)
 

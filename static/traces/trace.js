@@ -17,7 +17,9 @@
     return htmx.ajax("GET", url, { target: target, swap: swap || "innerHTML" });
   }
 
-  function expand(li, open) {
+  // Opens or closes a step's children (toggles without ``open``), loading their first window
+  // the first time; ``asReload``: with the levels below opened as a reload opens them.
+  function expand(li, open, asReload) {
     const ul = li.querySelector(":scope > ul.children");
     if (!ul) return Promise.resolve();
     const wantOpen = open === undefined ? !li.classList.contains("open") : open;
@@ -25,8 +27,8 @@
     li.setAttribute("aria-expanded", String(wantOpen));
     if (wantOpen && !ul.dataset.loaded) {
       ul.dataset.loaded = "1";
-      const toggle = li.querySelector(":scope > .row .tog");
-      return load(toggle.dataset.children, ul, "innerHTML");
+      const url = li.querySelector(":scope > .row .tog").dataset.children;
+      return load(asReload ? url + "?open=true" : url, ul, "innerHTML");
     }
     return Promise.resolve();
   }
@@ -337,9 +339,11 @@
         templates.forEach((t) => {
           if (added.has(t.dataset.id)) arriving[t.dataset.parent] = (arriving[t.dataset.parent] || 0) + 1;
         });
-        templates.forEach((t) => place(t, arriving));
+        // The children that steps placed here load (they came after children of their own)
+        // are in the page before the next flush: its rows then update theirs, not race them.
+        const loading = templates.map((t) => place(t, arriving));
         htmx.process(tree());
-        return reloadStale();  // before the next flush places its rows
+        return Promise.all([...loading, reloadStale()]);  // before the next flush places its rows
       })
       // Not answered (the server restarting, say): asked again a little later.
       .catch(() => setTimeout(() => ids.forEach(queue), 1000));
@@ -394,6 +398,8 @@
     }));
   }
 
+  // Puts a row the server sent (template) in the page: updates the step's row, or adds a new
+  // step's in its list. Resolves once children it loads for the row are in the page.
   function place(template, arriving) {
     const fresh = template.content.querySelector("li.node");
     const moved = rowOf(template.dataset.id);
@@ -417,28 +423,31 @@
           openLive(existing);
         }
       }
-      return;
+      return Promise.resolve();
     }
-    if (!added.has(template.dataset.id)) return;  // in a window that is not loaded
+    if (!added.has(template.dataset.id)) return Promise.resolve();  // in a window not loaded
     added.delete(template.dataset.id);
     parents.delete(template.dataset.id);
     const parentId = template.dataset.parent;
     const container = parentId
       ? (rowOf(parentId) && rowOf(parentId).querySelector(":scope > ul.children"))
       : tree().querySelector("ul.tree");
-    if (!container || (parentId && !container.dataset.loaded)) return;
-    if (container.querySelector(":scope > li.more:not(.prev)")) return;  // further windows wait
+    if (!container || (parentId && !container.dataset.loaded)) return Promise.resolve();
+    // Further windows wait: the step comes with them.
+    if (container.querySelector(":scope > li.more:not(.prev)")) return Promise.resolve();
     const empty = container.querySelector(":scope > li.empty");
     if (empty) empty.remove();
     fresh.classList.add("fresh");
     container.appendChild(fresh);
     if (Number(fresh.dataset.kids) > (arriving[template.dataset.id] || 0)) {
-      // It came after children of its own (they moved under it): they load like a
-      // reload's, opened at the levels a reload opens.
-      if (depthOf(fresh) < AUTO_EXPAND_DEPTH) expand(fresh, true);
+      // It came after children of its own (an agent's next step recorded before the page
+      // read this one's row, OTLP spans children first): they load as a reload shows them,
+      // opened at the levels a reload opens.
+      if (depthOf(fresh) < AUTO_EXPAND_DEPTH) return expand(fresh, true, true);
     } else {
       openLive(fresh);
     }
+    return Promise.resolve();
   }
 
   // A reload opens the first AUTO_EXPAND_DEPTH levels (goal, iterations, tool calls: the

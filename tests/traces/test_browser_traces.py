@@ -77,6 +77,14 @@ def rows(page: Any) -> int:
     return page.locator("#tree li.node").count()
 
 
+def shown_rows(page: Any) -> list[str]:
+    """The ids of the tree's rows that are shown (in open lists), in page order."""
+    return page.evaluate(
+        "Array.from(document.querySelectorAll('#tree li.node')).filter((li) => "
+        "li.offsetParent !== null).map((li) => li.dataset.id)"
+    )
+
+
 def test_a_2000_step_trace_opens_bounded_and_expands_lazily(page, login, screenshot) -> None:
     user = login("ada")
     trace = react_trace(user, iterations=666, fail_at=400)
@@ -257,17 +265,11 @@ def test_new_iterations_arrive_live_opened_as_a_reload_opens_them(
         page.locator('[data-total="total_steps"]').filter(has_text="14").wait_for()
         screenshot("live")
         live = rows(page)
-        shown = page.evaluate(
-            "Array.from(document.querySelectorAll('#tree li.node')).filter((li) => "
-            "li.offsetParent !== null).map((li) => li.dataset.id)"
-        )
+        shown = shown_rows(page)
     page.reload()
     page.locator("#tree li.node").first.wait_for()
     assert live == rows(page) == 14
-    assert shown == page.evaluate(
-        "Array.from(document.querySelectorAll('#tree li.node')).filter((li) => "
-        "li.offsetParent !== null).map((li) => li.dataset.id)"
-    )
+    assert shown == shown_rows(page)
 
 
 def _a_thought_then_its_action_live(
@@ -331,6 +333,62 @@ def test_a_child_is_placed_when_its_parents_rows_were_read_before_it_existed(
         route.fulfill(response=answer)
 
     _a_thought_then_its_action_live(page, login, app_server, late_thought_rows)
+
+
+def test_a_step_whose_children_came_first_opens_as_a_reload_opens_it(
+    page, login, app_server
+) -> None:
+    """A thought's row is read after its action was recorded, so the page loads the thought's
+    children itself; that window is read after the action's result was recorded, and reaches
+    the page after the action's own row. The result still shows, under the opened action, and
+    the page ends as a reload shows it (the window used to replace the rows placed meanwhile
+    and to come with the action closed, hiding the result until a reload)."""
+    user = login("ada")
+    _, token = api_token_create(user=user, name="agent")
+    trace = react_trace(user, iterations=1)
+    goal = trace.steps.get(step_type="goal")
+    thought_id, action_id, result_id = (str(uuid.uuid4()) for _ in range(3))
+    headers = {"Authorization": f"Bearer {token}"}
+    api = httpx.Client(base_url=app_server, headers=headers, timeout=10)
+    steps = f"/api/traces/{trace.id}/steps"
+
+    def record(body: dict[str, Any]) -> None:
+        response = api.post(steps, json=body)
+        assert response.status_code == 201, response.text
+
+    def rows(route: Any) -> None:
+        if thought_id in route.request.url and action_id not in route.request.url:
+            record({"id": action_id, "parent_id": thought_id, "step_type": "action"})
+        route.continue_()
+
+    def window(route: Any) -> None:
+        if f"/children/{thought_id}/" in route.request.url:
+            record({"id": result_id, "parent_id": action_id, "step_type": "result"})
+            page.wait_for_timeout(800)  # the action's own row is placed meanwhile
+        route.continue_()
+
+    page.route("**/rows/?ids=*", rows)
+    page.route("**/children/**", window)
+    page.goto(f"/traces/{trace.id}/")
+    page.locator("#live-state").filter(has_text="live").wait_for()
+    page.evaluate(
+        "(thought) => document.body.addEventListener('htmx:afterSettle', (event) => {"
+        "  if (event.detail.requestConfig.path.includes('/children/' + thought + '/'))"
+        "    window.thoughtsChildrenIn = true; })",
+        thought_id,
+    )
+    with api:
+        record({"id": thought_id, "parent_id": str(goal.id), "step_type": "thought"})
+        page.wait_for_function("window.thoughtsChildrenIn === true")
+    page.locator('[data-total="total_steps"]').filter(has_text="8").wait_for()
+    page.locator(f"#s-{result_id} .row").wait_for()
+    page.unroute_all(behavior="ignoreErrors")
+    opened = "#s-{}.open > ul.children > #s-{}.open > ul.children > #s-{}"
+    assert page.locator(opened.format(thought_id, action_id, result_id)).count() == 1
+    shown = shown_rows(page)
+    page.reload()
+    page.locator("#tree li.node").first.wait_for()
+    assert shown == shown_rows(page)
 
 
 def test_the_list_filters_and_opens_a_failed_trace(page, login, screenshot) -> None:

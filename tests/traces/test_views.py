@@ -541,6 +541,29 @@ def test_expanding_a_collapsed_node_loads_its_first_window(signed_in: Client, us
     assert str(deep.id) in rows(content)
 
 
+def test_a_window_asked_for_open_opens_the_levels_a_reload_opens(
+    signed_in: Client, user: User, django_assert_num_queries: Any
+) -> None:
+    """The live page loads a step that arrived after children of its own with ``open=true``:
+    the window shows what a reload shows under that step."""
+    trace = react_trace(user, iterations=2)
+    goal = trace.steps.get(step_type="goal")
+    url = f"/traces/{trace.id}/children/{goal.id}/"
+    reload = rows(signed_in.get(f"/traces/{trace.id}/").content.decode())
+
+    # session, user, trace, parent, window, thoughts' children, actions' children, repeats
+    with django_assert_num_queries(8):
+        opened = rows(signed_in.get(url + "?open=true").content.decode())
+    plain = rows(signed_in.get(url).content.decode())
+    unreadable = rows(signed_in.get(url + "?open=junk").content.decode())
+
+    assert opened == reload[1:]  # all but the goal: thoughts, their actions and results
+    assert len(opened) == 2 * 3 + 1
+    direct = [str(pk) for pk in goal.children.order_by("seq").values_list("pk", flat=True)]
+    assert plain == unreadable == direct  # the thoughts and the response, closed
+    assert len(direct) == 3
+
+
 def test_a_deep_link_opens_the_path_to_a_step_six_levels_down(
     signed_in: Client, user: User
 ) -> None:
