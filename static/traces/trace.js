@@ -399,7 +399,7 @@
   }
 
   // Puts a row the server sent (template) in the page: updates the step's row, or adds a new
-  // step's in its list. Resolves once children it loads for the row are in the page.
+  // step's in its list. Returns the load of the children it opens for the row, if any.
   function place(template, arriving) {
     const fresh = template.content.querySelector("li.node");
     const moved = rowOf(template.dataset.id);
@@ -423,18 +423,17 @@
           openLive(existing);
         }
       }
-      return Promise.resolve();
+      return;
     }
-    if (!added.has(template.dataset.id)) return Promise.resolve();  // in a window not loaded
+    if (!added.has(template.dataset.id)) return;  // in a window that is not loaded
     added.delete(template.dataset.id);
     parents.delete(template.dataset.id);
     const parentId = template.dataset.parent;
     const container = parentId
       ? (rowOf(parentId) && rowOf(parentId).querySelector(":scope > ul.children"))
       : tree().querySelector("ul.tree");
-    if (!container || (parentId && !container.dataset.loaded)) return Promise.resolve();
-    // Further windows wait: the step comes with them.
-    if (container.querySelector(":scope > li.more:not(.prev)")) return Promise.resolve();
+    if (!container || (parentId && !container.dataset.loaded)) return;
+    if (container.querySelector(":scope > li.more:not(.prev)")) return;  // further windows wait
     const empty = container.querySelector(":scope > li.empty");
     if (empty) empty.remove();
     fresh.classList.add("fresh");
@@ -447,7 +446,6 @@
     } else {
       openLive(fresh);
     }
-    return Promise.resolve();
   }
 
   // A reload opens the first AUTO_EXPAND_DEPTH levels (goal, iterations, tool calls: the
