@@ -4,7 +4,9 @@ Chromium driven by Playwright.
 ``app_server`` is one daphne process for the session, on the test database (so browser tests
 use ``@pytest.mark.django_db(transaction=True)``: what they write is committed and the server
 sees it), with embedded Chroma in a temporary directory and the model at ``live_model`` (a
-``FakeOpenAI`` whose ``script`` each test sets). ``page`` is a fresh browser context per test;
+``FakeOpenAI`` whose ``script`` each test sets); ``redis_app_server`` is its twin on the Redis
+channel layer, which a test opens by parametrizing ``server_url`` (live pages run on both).
+``page`` is a fresh browser context per test;
 ``login`` signs a user in; ``screenshot`` saves a PNG under ``tests/artifacts/`` (kept by CI as
 the tests' artefacts, ignored by git).
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -57,6 +60,43 @@ def app_server(
     env = live_server_env(django_db_blocker, live_model, tmp_path_factory.mktemp("live-var"))
     with daphne_server(env) as base_url:
         yield base_url
+
+
+@pytest.fixture(scope="session")
+def redis_app_server(
+    django_db_setup: Any,
+    django_db_blocker: Any,
+    live_model: FakeOpenAI,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[str]:
+    """``app_server``'s twin on the Redis channel layer (the test Redis, under a prefix of its
+    own): the same database and secret key, so a session signed in on one is signed in on the
+    other (the browser sends 127.0.0.1's cookies to either port)."""
+    from tests.conftest import forget_prefix, redis_reachable, require
+    from tests.settings import TEST_REDIS_URL
+
+    require(redis_reachable(TEST_REDIS_URL), "no Redis at TEST_REDIS_URL")
+    prefix = f"devassist-test-browser-{uuid.uuid4().hex[:8]}"
+    env = {
+        **live_server_env(django_db_blocker, live_model, tmp_path_factory.mktemp("redis-var")),
+        "REDIS_URL": TEST_REDIS_URL,
+        "CHANNELS_PREFIX": prefix,
+    }
+    try:
+        with daphne_server(env) as base_url:
+            yield base_url
+    finally:
+        forget_prefix(TEST_REDIS_URL, prefix)
+
+
+@pytest.fixture
+def server_url(request: pytest.FixtureRequest, app_server: str) -> str:
+    """The server ``page`` opens: ``app_server`` (the in-memory channel layer), or
+    ``redis_app_server`` for a test parametrized with
+    ``@pytest.mark.parametrize("server_url", ["memory", "redis"], indirect=True)``."""
+    if getattr(request, "param", "memory") == "redis":
+        return str(request.getfixturevalue("redis_app_server"))
+    return app_server
 
 
 def live_server_env(
@@ -118,9 +158,9 @@ def chromium() -> Iterator[Any]:
 
 
 @pytest.fixture
-def page(chromium: Any, app_server: str) -> Iterator[Any]:
-    """A page in a fresh context (no cookies), with ``app_server`` as its base URL."""
-    context = chromium.new_context(base_url=app_server, viewport={"width": 1280, "height": 800})
+def page(chromium: Any, server_url: str) -> Iterator[Any]:
+    """A page in a fresh context (no cookies), with ``server_url`` as its base URL."""
+    context = chromium.new_context(base_url=server_url, viewport={"width": 1280, "height": 800})
     context.set_default_timeout(15_000)
     page = context.new_page()
     yield page

@@ -22,7 +22,16 @@ from devassist.channel_layer import redis_layer_config
 from devassist.tokens import api_token_create
 from sandbox.engine import docker_client
 from sandbox.health import docker_status
-from tests.browser import app_server, chromium, live_model, login, page, screenshot  # noqa: F401
+from tests.browser import (  # noqa: F401
+    app_server,
+    chromium,
+    live_model,
+    login,
+    page,
+    redis_app_server,
+    screenshot,
+    server_url,
+)
 from traces.store import get_trace_store
 
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
@@ -208,6 +217,13 @@ def use_redis(settings: Any, url: str) -> str:
     return prefix
 
 
+def forget_prefix(url: str, prefix: str) -> None:
+    """Delete what a channel layer left in Redis ``url`` under ``prefix``."""
+    client = redis.Redis.from_url(url)
+    for key in client.scan_iter(f"{prefix}*"):
+        client.delete(key)
+
+
 @pytest.fixture(params=["memory", "redis"])
 def layer(request: pytest.FixtureRequest, settings: Any) -> Iterator[str]:
     """Each test on the in-memory layer and on Redis (as ``REDIS_URL`` configures it): live
@@ -220,6 +236,4 @@ def layer(request: pytest.FixtureRequest, settings: Any) -> Iterator[str]:
     require(redis_reachable(settings.TEST_REDIS_URL), "no Redis at TEST_REDIS_URL")
     prefix = use_redis(settings, settings.TEST_REDIS_URL)
     yield prefix
-    client = redis.Redis.from_url(settings.TEST_REDIS_URL)
-    for key in client.scan_iter(f"{prefix}*"):
-        client.delete(key)
+    forget_prefix(settings.TEST_REDIS_URL, prefix)

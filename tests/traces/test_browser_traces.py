@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from devassist.tokens import api_token_create
+from tests.agent.test_live_events import QUIET_S
 from tests.traces.factories import step
 from traces.models import Trace
 from traces.store import OrmTraceStore, StepCreate
@@ -217,8 +218,9 @@ def test_a_step_recorded_through_the_api_appears_live(page, login, screenshot, a
     assert rows(page) == 9
 
 
+@pytest.mark.parametrize("server_url", ["memory", "redis"], indirect=True)
 def test_new_iterations_arrive_live_opened_as_a_reload_opens_them(
-    page, login, screenshot, app_server
+    page, login, screenshot, server_url
 ) -> None:
     user = login("ada")
     _, token = api_token_create(user=user, name="agent")
@@ -234,7 +236,7 @@ def test_new_iterations_arrive_live_opened_as_a_reload_opens_them(
         return [s["step_id"] for s in response.json()["steps"]]
 
     headers = {"Authorization": f"Bearer {token}"}
-    with httpx.Client(base_url=app_server, headers=headers, timeout=10) as api:
+    with httpx.Client(base_url=server_url, headers=headers, timeout=10) as api:
         # One iteration step by step, as the agent records it: the thought and its running
         # tool call, then the result.
         thought_id = str(uuid.uuid4())
@@ -255,7 +257,14 @@ def test_new_iterations_arrive_live_opened_as_a_reload_opens_them(
             ]
         )
         page.locator(f"#s-{action} .row").wait_for()
-        post({"parent_id": action, "step_type": "result", "name": "execute_code"})
+        # The tool runs in silence for longer than the channel layer's read timeouts: the
+        # page's websocket stays open through it and brings the result.
+        socket = "document.getElementById('trace-view').socket"
+        page.evaluate(f"window.quietSocket = {socket}")
+        page.wait_for_timeout(QUIET_S * 1000)
+        (result,) = post({"parent_id": action, "step_type": "result", "name": "execute_code"})
+        page.locator(f"#s-{result} .row").wait_for()
+        assert page.evaluate(f"{socket} === window.quietSocket")
         api.patch(f"/api/traces/{trace.id}/steps/{action}", json={"status": "completed"})
         # Another, each step on its own.
         (thought,) = post({"parent_id": str(goal.id), "step_type": "thought", "name": "iter 4"})
@@ -335,8 +344,9 @@ def test_a_child_is_placed_when_its_parents_rows_were_read_before_it_existed(
     _a_thought_then_its_action_live(page, login, app_server, late_thought_rows)
 
 
+@pytest.mark.parametrize("server_url", ["memory", "redis"], indirect=True)
 def test_a_step_whose_children_came_first_opens_as_a_reload_opens_it(
-    page, login, app_server
+    page, login, server_url
 ) -> None:
     """A thought's row is read after its action was recorded, so the page loads the thought's
     children itself; that window is read after the action's result was recorded, and reaches
@@ -349,7 +359,7 @@ def test_a_step_whose_children_came_first_opens_as_a_reload_opens_it(
     goal = trace.steps.get(step_type="goal")
     thought_id, action_id, result_id = (str(uuid.uuid4()) for _ in range(3))
     headers = {"Authorization": f"Bearer {token}"}
-    api = httpx.Client(base_url=app_server, headers=headers, timeout=10)
+    api = httpx.Client(base_url=server_url, headers=headers, timeout=10)
     steps = f"/api/traces/{trace.id}/steps"
 
     def record(body: dict[str, Any]) -> None:
