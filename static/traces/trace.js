@@ -13,8 +13,14 @@
   const rowOf = (id) => document.getElementById("s-" + id);
   const selected = () => tree() && tree().querySelector("li.node.selected");
 
+  // Each load is its target's own request: htmx.ajax without a source makes every call the
+  // body's, and a request made while the body has one in flight is queued and replaced by the
+  // next (its promise resolved at once): of three children loads started together, the second
+  // never ran.
   function load(url, target, swap) {
-    return htmx.ajax("GET", url, { target: target, swap: swap || "innerHTML" });
+    const element = typeof target === "string" ? document.querySelector(target) : target;
+    if (!element) return Promise.resolve();  // nothing to load into (a notice not shown)
+    return htmx.ajax("GET", url, { source: element, target: element, swap: swap || "innerHTML" });
   }
 
   // Opens or closes a step's children (toggles without ``open``), loading their first window
