@@ -401,6 +401,36 @@ def test_a_step_whose_children_came_first_opens_as_a_reload_opens_it(
     assert shown == shown_rows(page)
 
 
+def test_steps_opened_together_all_load_their_children(page, login) -> None:
+    """Three closed steps opened while the first one's children are still on their way: each
+    loads its children (the page's loads shared one htmx request lock, and the second of three
+    started together never ran)."""
+    user = login("ada")
+    trace = make_trace(user, task="deep")
+    level = [step("goal", name="root")]
+    items = list(level)
+    for _ in range(4):  # two children a step, four levels down
+        level = [step("thought", parent=p, name=f"n{i}") for p in level for i in range(2)]
+        items += level
+    add(trace, *items)
+
+    def slow(route: Any) -> None:
+        page.wait_for_timeout(300)
+        route.continue_()
+
+    page.route("**/children/**", slow)
+    page.goto(f"/traces/{trace.id}/")
+    closed = page.locator("#tree li.node[aria-expanded=false]")
+    assert closed.count() == 8  # the fourth level, which the first render leaves closed
+    ids = [closed.nth(i).get_attribute("data-id") for i in range(3)]
+    for step_id in ids:
+        page.locator(f"#s-{step_id} > .row .tog").click()
+    for step_id in ids:
+        page.locator(f"#s-{step_id} > ul.children > li.node").nth(1).wait_for()
+        assert page.locator(f"#s-{step_id} > ul.children > li.node").count() == 2
+    page.unroute_all(behavior="ignoreErrors")
+
+
 def test_the_list_filters_and_opens_a_failed_trace(page, login, screenshot) -> None:
     user = login("ada")
     react_trace(user, iterations=2)
