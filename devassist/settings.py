@@ -197,6 +197,24 @@ TRACE_BATCH_MAX_STEPS = 1000
 TRACE_NODE_WINDOW_MAX = 500
 TRACE_EVENT_PAGE_MAX = 1000
 
+# A finished trace's whole tree (GET /api/traces/{id}/tree, compact) of at least
+# TRACE_TREE_CACHE_MIN_STEPS steps is kept encoded after its first read, in each server
+# process, for the TRACE_TREE_CACHE_ENTRIES trees read last (about 0.9 KB a step: 8 trees of
+# 10,000 steps keep about 70 MB); 0 entries keeps none (docs/traces.md).
+TRACE_TREE_CACHE_MIN_STEPS = env_int("TRACE_TREE_CACHE_MIN_STEPS", 2_000)
+_TREE_CACHE_ENTRIES = env_int("TRACE_TREE_CACHE_ENTRIES", 8)
+CACHES = {
+    "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+    "trace_trees": {
+        # (LocMemCache with MAX_ENTRIES 0 would keep every tree: its cull drops a fraction.)
+        "BACKEND": "django.core.cache.backends."
+        + ("locmem.LocMemCache" if _TREE_CACHE_ENTRIES > 0 else "dummy.DummyCache"),
+        "LOCATION": "trace-trees",
+        "TIMEOUT": None,  # a kept tree makes way for newer ones, never for its age
+        "OPTIONS": {"MAX_ENTRIES": _TREE_CACHE_ENTRIES, "CULL_FREQUENCY": 4},
+    },
+}
+
 # OTLP/HTTP ingestion at /v1/traces (docs/opentelemetry.md): a request's body, decompressed,
 # is at most MAX_REQUEST_BYTES; it holds at most OTLP_MAX_SPANS spans (more: 413); a span with
 # more attributes (its own, or an event's, a link's, the resource's) or events or links than

@@ -8,7 +8,9 @@ from __future__ import annotations
 import uuid
 
 from django.contrib import admin
+from django.core.cache import caches
 from django.core.exceptions import PermissionDenied
+from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.template.loader import render_to_string
@@ -201,6 +203,17 @@ class StepAdmin(ReadOnlyAdmin):
     @admin.display(description="data")
     def data_pretty(self, obj: Step) -> str:
         return pretty_json(obj.data)
+
+    # A step deleted here by hand, not by the trace store, leaves its trace's ``last_seq``
+    # where it was: drop this process's kept trees (``traces.selectors.trace_tree_json``), or
+    # the next read of a big finished trace would still show it.
+    def delete_model(self, request: HttpRequest, obj: Step) -> None:
+        super().delete_model(request, obj)
+        caches["trace_trees"].clear()
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Step]) -> None:
+        super().delete_queryset(request, queryset)
+        caches["trace_trees"].clear()
 
 
 @admin.register(TraceEvent)

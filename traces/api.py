@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+import orjson
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
@@ -193,9 +194,16 @@ async def trace_tree(
     """The whole tree in two queries. ``compact`` (default) leaves out ``data`` (see
     ``data_preview``); for traces past 50,000 steps use ``max_depth`` or the node endpoint."""
     trace = await _visible_trace(request, trace_id)
-    roots = await sync_to_async(selectors.trace_tree)(
-        trace=trace, max_depth=query.max_depth, full=query.view == "full", max_steps=TREE_MAX_STEPS
-    )
+    roots: list[dict[str, Any]] | orjson.Fragment
+    if query.view == "full":
+        roots = await sync_to_async(selectors.trace_tree)(
+            trace=trace, max_depth=query.max_depth, full=True, max_steps=TREE_MAX_STEPS
+        )
+    else:  # kept encoded once the trace is finished and big (``trace_tree_json``)
+        encoded = await sync_to_async(selectors.trace_tree_json)(
+            trace=trace, max_depth=query.max_depth, max_steps=TREE_MAX_STEPS
+        )
+        roots = orjson.Fragment(encoded)
     return json_response({"trace": trace_dict(trace), "root_steps": roots})
 
 

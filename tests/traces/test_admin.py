@@ -196,6 +196,32 @@ def test_traces_cannot_be_changed_in_the_admin(admin_client: Client, user: User)
 
 
 @pytest.mark.django_db
+@pytest.mark.parametrize("how", ["page", "action"])
+def test_a_step_deleted_in_the_admin_leaves_no_kept_tree_showing_it(
+    admin_client: Client, user: User, settings: Any, how: str
+) -> None:
+    settings.TRACE_TREE_CACHE_MIN_STEPS = 1
+    trace = make_trace(user, steps=3)
+    get_trace_store().complete_trace_sync(trace.id)
+    tree = f"/api/traces/{trace.id}/tree"
+
+    def shown() -> list[str]:
+        (root,) = admin_client.get(tree).json()["root_steps"]
+        return [child["name"] for child in root["children"]]
+
+    assert shown() == ["thought 0", "thought 1"]  # now kept
+    step = trace.steps.order_by("seq").last()
+    assert step is not None
+    if how == "page":
+        admin_client.post(f"/admin/traces/step/{step.pk}/delete/", {"post": "yes"})
+    else:
+        selected = {"action": "delete_selected", "_selected_action": [step.pk], "post": "yes"}
+        admin_client.post("/admin/traces/step/", selected)
+    assert not Step.objects.filter(pk=step.pk).exists()
+    assert shown() == ["thought 0"]
+
+
+@pytest.mark.django_db
 def test_api_tokens_cannot_be_added_in_the_admin(admin_client: Client) -> None:
     assert admin_client.get("/admin/devassist/apitoken/add/").status_code == HTTPStatus.FORBIDDEN
 

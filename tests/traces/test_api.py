@@ -8,7 +8,7 @@ import pytest
 
 from tests.conftest import token_client
 from tests.traces.factories import add, build_tree, make_trace, step
-from traces.models import Step, TraceEvent
+from traces.models import Step, Trace, TraceEvent
 from traces.store import get_trace_store
 
 pytestmark = pytest.mark.django_db
@@ -450,6 +450,122 @@ def test_tree_endpoint_uses_constant_queries(user, size, django_assert_num_queri
         assert client.get(f"/api/traces/{trace.id}/tree").status_code == HTTPStatus.OK
     with django_assert_num_queries(3):
         assert client.get(f"/api/traces/{trace.id}/tree?view=full").status_code == HTTPStatus.OK
+
+
+# --- kept trees ---------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def keep_small_trees(settings):
+    """Trees of 3 steps and more are kept once their trace is finished."""
+    settings.TRACE_TREE_CACHE_MIN_STEPS = 3
+
+
+def _finished_tree(user, *, depth: int = 2, fanout: int = 2):
+    trace = make_trace(user)
+    steps = build_tree(trace, depth=depth, fanout=fanout)
+    get_trace_store().complete_trace_sync(trace.id)
+    return trace, steps
+
+
+def test_a_finished_traces_tree_is_read_once_then_kept(
+    user, keep_small_trees, django_assert_num_queries
+):
+    trace, _ = _finished_tree(user)
+    client = token_client(user)
+    _warm(client)
+    with django_assert_num_queries(3):  # the token, the trace, its steps
+        first = client.get(f"/api/traces/{trace.id}/tree")
+    with django_assert_num_queries(2):  # the token, the trace: the tree is kept
+        again = client.get(f"/api/traces/{trace.id}/tree")
+    assert again.status_code == HTTPStatus.OK
+    assert again.json() == first.json()
+    assert again.json()["root_steps"][0]["subtree_steps"] == 7
+    assert again.json()["trace"]["status"] == "completed"
+
+
+def test_a_kept_tree_is_not_read_after_the_trace_changes(
+    user, keep_small_trees, django_assert_num_queries
+):
+    trace, steps = _finished_tree(user)
+    client = token_client(user)
+    _warm(client)
+    client.get(f"/api/traces/{trace.id}/tree")
+    # A late step into the finished trace (feedback here; OTLP spans that end after the root).
+    get_trace_store().add_feedback_sync(trace.id, step("feedback", parent=steps[0], name="late"))
+    with django_assert_num_queries(3):
+        body = client.get(f"/api/traces/{trace.id}/tree").json()
+    (root,) = body["root_steps"]
+    assert root["subtree_steps"] == 8
+    assert [child["name"] for child in root["children"]] == ["n0", "n1", "late"]
+    assert body["trace"]["total_steps"] == 8
+
+
+def test_running_and_small_traces_are_read_every_time(
+    user, keep_small_trees, settings, django_assert_num_queries
+):
+    running = make_trace(user)
+    build_tree(running, depth=2, fanout=2)
+    client = token_client(user)
+    _warm(client)
+    for _ in range(2):
+        with django_assert_num_queries(3):
+            client.get(f"/api/traces/{running.id}/tree")
+    add(running, step("thought", name="next"))
+    assert len(client.get(f"/api/traces/{running.id}/tree").json()["root_steps"]) == 2
+
+    settings.TRACE_TREE_CACHE_MIN_STEPS = 8
+    small, _ = _finished_tree(user)  # 7 steps
+    for _ in range(2):
+        with django_assert_num_queries(3):
+            client.get(f"/api/traces/{small.id}/tree")
+
+
+def test_kept_trees_are_per_depth_and_the_full_view_is_never_kept(
+    user, keep_small_trees, django_assert_num_queries
+):
+    trace, _ = _finished_tree(user)
+    client = token_client(user)
+    _warm(client)
+    whole = client.get(f"/api/traces/{trace.id}/tree").json()
+    shallow = client.get(f"/api/traces/{trace.id}/tree?max_depth=1").json()
+    assert len(whole["root_steps"][0]["children"]) == 2
+    assert shallow["root_steps"][0]["children"] == []
+    assert client.get(f"/api/traces/{trace.id}/tree?max_depth=1").json() == shallow
+    for _ in range(2):
+        with django_assert_num_queries(3):
+            full = client.get(f"/api/traces/{trace.id}/tree?view=full").json()
+        assert full["root_steps"][0]["data"] == {}
+
+
+def test_a_kept_tree_is_still_only_its_owners(user, other_user, keep_small_trees):
+    trace, _ = _finished_tree(user)
+    assert token_client(user).get(f"/api/traces/{trace.id}/tree").status_code == HTTPStatus.OK
+    response = token_client(other_user).get(f"/api/traces/{trace.id}/tree")
+    assert_error(response, HTTPStatus.NOT_FOUND, "trace_not_found")
+
+
+def test_a_trace_stored_again_under_its_id_is_not_read_from_the_old_ones_kept_tree(
+    user, keep_small_trees
+):
+    """A deleted trace sent again with the same id (OTLP trace ids are the sender's) and as
+    many events: its own tree, not the one kept for the trace before it."""
+    store = get_trace_store()
+    trace_id = uuid.uuid4()
+    client = token_client(user)
+
+    def stored(names):
+        store.open_trace_sync(
+            Trace(id=trace_id, user=user, task="t"), [step("goal", name=n) for n in names]
+        )
+        store.complete_trace_sync(trace_id)
+        return client.get(f"/api/traces/{trace_id}/tree").json()
+
+    before = stored(["a", "b", "c"])
+    Trace.objects.filter(pk=trace_id).delete()
+    after = stored(["x", "y", "z"])
+    assert after["trace"]["last_seq"] == before["trace"]["last_seq"]
+    assert [root["name"] for root in after["root_steps"]] == ["x", "y", "z"]
 
 
 @pytest.mark.parametrize("size", [(1, 2), (3, 4)])
