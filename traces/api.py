@@ -191,8 +191,10 @@ async def get_trace(request: HttpRequest, trace_id: uuid.UUID) -> dict[str, Any]
 async def trace_tree(
     request: HttpRequest, trace_id: uuid.UUID, query: Query[TreeQuery]
 ) -> HttpResponse:
-    """The whole tree in two queries. ``compact`` (default) leaves out ``data`` (see
-    ``data_preview``); for traces past 50,000 steps use ``max_depth`` or the node endpoint."""
+    """The whole tree in two queries (one for a big finished trace read again: its compact
+    tree is kept, ``selectors.trace_tree_json``). ``compact`` (default) leaves out ``data``
+    (see ``data_preview``); for traces past 50,000 steps use ``max_depth`` or the node
+    endpoint."""
     trace = await _visible_trace(request, trace_id)
     roots: list[dict[str, Any]] | orjson.Fragment
     if query.view == "full":
