@@ -196,17 +196,10 @@ async def trace_tree(
     (see ``data_preview``); for traces past 50,000 steps use ``max_depth`` or the node
     endpoint."""
     trace = await _visible_trace(request, trace_id)
-    roots: list[dict[str, Any]] | orjson.Fragment
-    if query.view == "full":
-        roots = await sync_to_async(selectors.trace_tree)(
-            trace=trace, max_depth=query.max_depth, full=True, max_steps=TREE_MAX_STEPS
-        )
-    else:  # kept encoded once the trace is finished and big (``trace_tree_json``)
-        encoded = await sync_to_async(selectors.trace_tree_json)(
-            trace=trace, max_depth=query.max_depth, max_steps=TREE_MAX_STEPS
-        )
-        roots = orjson.Fragment(encoded)
-    return json_response({"trace": trace_dict(trace), "root_steps": roots})
+    roots = await sync_to_async(selectors.trace_tree_json)(
+        trace=trace, max_depth=query.max_depth, full=query.view == "full", max_steps=TREE_MAX_STEPS
+    )
+    return json_response({"trace": trace_dict(trace), "root_steps": orjson.Fragment(roots)})
 
 
 @router.get("/{trace_id}/node/{step_id}", response=NodeOut, url_name="trace_node")

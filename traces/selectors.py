@@ -21,7 +21,7 @@ import uuid
 from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
@@ -592,8 +592,10 @@ def trace_tree(
     return roots
 
 
-def trace_tree_json(*, trace: Trace, max_depth: int | None = None, max_steps: int) -> bytes:
-    """``trace_tree`` (compact) encoded as JSON. A finished trace's tree of at least
+def trace_tree_json(
+    *, trace: Trace, max_depth: int | None = None, full: bool = False, max_steps: int
+) -> bytes:
+    """``trace_tree`` encoded as JSON. A finished trace's compact tree of at least
     ``TRACE_TREE_CACHE_MIN_STEPS`` steps is kept encoded after its first read (the cache
     ``trace_trees``, in each server process) under the trace's ``last_seq``: every write to
     a trace's steps is an event of its log and moves it (``traces.store``), so a later read
@@ -603,22 +605,22 @@ def trace_tree_json(*, trace: Trace, max_depth: int | None = None, max_steps: in
     Built from ``trace`` as the caller read it, the tree is that state or a newer one, never
     an older one. In ``benchmarks/otlp_ingest.py``'s 10,000-span trace, the first read took
     0.30-0.41 s and a read of the kept tree 0.09 s, 24x faster than Phoenix's 2.1 s
-    (benchmarks/README.md, "2026-12-06 15:00")."""
+    (benchmarks/README.md, "2026-12-06 15:00"). The full view, every step's data, is never
+    kept."""
 
     def build() -> bytes:
-        return json_bytes(trace_tree(trace=trace, max_depth=max_depth, max_steps=max_steps))
+        return json_bytes(
+            trace_tree(trace=trace, max_depth=max_depth, full=full, max_steps=max_steps)
+        )
 
-    if trace.status == TraceStatus.RUNNING:
+    if (
+        full
+        or trace.status == TraceStatus.RUNNING
+        or trace.total_steps < settings.TRACE_TREE_CACHE_MIN_STEPS
+    ):
         return build()
-    if trace.total_steps < settings.TRACE_TREE_CACHE_MIN_STEPS:
-        return build()
-    cache = caches["trace_trees"]
     key = f"{trace.id}:{trace.created_at.timestamp()}:{trace.last_seq}:{max_depth}:{max_steps}"
-    kept: bytes | None = cache.get(key)
-    if kept is None:
-        kept = build()
-        cache.set(key, kept)
-    return kept
+    return cast(bytes, caches["trace_trees"].get_or_set(key, build))
 
 
 # --- the browser's tree -------------------------------------------------------------------------
