@@ -14,7 +14,6 @@ import redis
 from asgiref.sync import SyncToAsync, sync_to_async
 from channels.layers import channel_layers
 from django.contrib.auth.models import User
-from django.core.cache import caches
 from django.db import connections
 from django.test import Client
 from django.utils import translation
@@ -188,15 +187,6 @@ def _default_language() -> Iterator[None]:
     thread (LocaleMiddleware activates a request's language and nothing resets it)."""
     yield
     translation.deactivate()
-
-
-@pytest.fixture(autouse=True)
-def _no_kept_trace_trees() -> Iterator[None]:
-    """Each test starts with no kept tree (``traces.selectors.trace_tree_json``): a test's
-    trace ids can be another's (OTLP ids), and its rows are rolled back."""
-    caches["trace_trees"].clear()
-    yield
-    caches["trace_trees"].clear()
 
 
 @pytest.fixture(autouse=True)
