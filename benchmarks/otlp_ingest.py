@@ -246,19 +246,18 @@ def exporter_for(endpoint: str, headers: dict[str, str]) -> Any:
 
 def send(
     plan: TracePlan,
-    endpoint: str,
-    headers: dict[str, str],
+    exporter: Any,
     *,
     trace_id: int,
     pace_s: float = 0.0,
     sdk_queue: bool = False,
 ) -> Sent:
-    """Replay ``plan`` through the OTel SDK to ``endpoint`` (``exporter_for``) as the trace
-    ``trace_id``, its spans ending evenly over ``pace_s`` seconds (0: as fast as the SDK
-    goes); the flush starts when the last span has ended and returns once every batch is
-    acknowledged. The processor's queue holds every span, or with ``sdk_queue`` is the SDK's
-    own (2,048 spans unless ``OTEL_BSP_MAX_QUEUE_SIZE`` says otherwise), which drops the
-    spans that come while it is full."""
+    """Replay ``plan`` through the OTel SDK to ``exporter`` (a ``SpanExporter``: the server's,
+    ``exporter_for``) as the trace ``trace_id``, its spans ending evenly over ``pace_s``
+    seconds (0: as fast as the SDK goes); the flush starts when the last span has ended and
+    returns once every batch is acknowledged. The processor's queue holds every span, or
+    with ``sdk_queue`` is the SDK's own (2,048 spans unless ``OTEL_BSP_MAX_QUEUE_SIZE`` says
+    otherwise), which drops the spans that come while it is full."""
     from opentelemetry import trace as otel_trace
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -295,10 +294,10 @@ def send(
         id_generator=KnownTraceId(),
         shutdown_on_exit=False,
     )
-    exporter = Counting(exporter_for(endpoint, headers))
+    counting = Counting(exporter)
     queue = None if sdk_queue else max(len(plan.spans) * 2, 512)  # None: the SDK's default
     processor = BatchSpanProcessor(
-        exporter,
+        counting,
         max_queue_size=queue,
         max_export_batch_size=512,
         export_timeout_millis=120_000,
@@ -330,7 +329,7 @@ def send(
         emit_s=flush_started - started,
         flush_started=flush_started,
         ingest_s=ingest_s,
-        exported=exporter.exported,
+        exported=counting.exported,
     )
 
 
@@ -415,7 +414,7 @@ def late_figures(
     fresh_trace = random.getrandbits(128)
     one_span = TracePlan(random.Random(0), 1)
     one_span.add(None, "agent", "AGENT")
-    send(one_span, endpoint, headers, trace_id=fresh_trace)
+    send(one_span, exporter_for(endpoint, headers), trace_id=fresh_trace)
     fresh_root = root_span_id(client, f"{fresh_trace:032x}")
     long_root = root_span_id(client, long_trace)
     fresh = late_steps(
@@ -661,7 +660,7 @@ def measure(
         watcher = Watcher(watch_url, headers, f"{trace_id:032x}", watch)
         if not watcher.ready.wait(120):
             raise RuntimeError("the watcher did not get ready")
-    sent = send(plan, endpoint, headers, trace_id=trace_id, pace_s=pace_s)
+    sent = send(plan, exporter_for(endpoint, headers), trace_id=trace_id, pace_s=pace_s)
     expected = len(plan.spans)
     readable_s, first_read_s = wait_readable(
         server, sent, expected, one_tree=True, give_up_s=give_up_s
@@ -701,7 +700,11 @@ def kept_by_sdk_queue(
     ``pace_s`` seconds: how many the server acknowledged, once all of them are readable
     (``RuntimeError`` if they never are)."""
     sent = send(
-        plan, endpoint, headers, trace_id=random.getrandbits(128), pace_s=pace_s, sdk_queue=True
+        plan,
+        exporter_for(endpoint, headers),
+        trace_id=random.getrandbits(128),
+        pace_s=pace_s,
+        sdk_queue=True,
     )
     wait_readable(server, sent, sent.exported, one_tree=False, give_up_s=give_up_s)
     return sent.exported
