@@ -6,9 +6,11 @@ its outcome (``traces.outcomes``) and a link into the trace browser."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
+from typing import Any
 
 from django.contrib import admin
-from django.core.cache import caches
+from django.contrib.auth import get_permission_codename
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse
@@ -74,6 +76,18 @@ class TraceAdmin(ReadOnlyAdmin):
     class Media:
         css = {"all": ["traces/admin_tree.css"]}
         js = ["traces/admin_tree.js"]
+
+    def get_deleted_objects(
+        self, objs: Sequence[Trace] | QuerySet[Trace], request: HttpRequest
+    ) -> tuple[list[Any], dict[str, int], set[str], list[Any]]:
+        """What deleting ``objs`` deletes, as Django's admin works it out, but with the
+        traces' steps for whoever may delete steps: steps are deleted only with their trace
+        (``StepAdmin``)."""
+        deleted, counts, perms_needed, protected = super().get_deleted_objects(objs, request)
+        step_perm = f"{Step._meta.app_label}.{get_permission_codename('delete', Step._meta)}"
+        if request.user.has_perm(step_perm):
+            perms_needed.discard(Step._meta.verbose_name)
+        return deleted, counts, perms_needed, protected
 
     def get_urls(self) -> list[URLPattern]:
         window = path(
@@ -204,16 +218,12 @@ class StepAdmin(ReadOnlyAdmin):
     def data_pretty(self, obj: Step) -> str:
         return pretty_json(obj.data)
 
-    # A step deleted here by hand, not by the trace store, leaves its trace's ``last_seq``
-    # where it was: drop this process's kept trees (``traces.selectors.trace_tree_json``), or
-    # the next read of a big finished trace would still show it.
-    def delete_model(self, request: HttpRequest, obj: Step) -> None:
-        super().delete_model(request, obj)
-        caches["trace_trees"].clear()
-
-    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Step]) -> None:
-        super().delete_queryset(request, queryset)
-        caches["trace_trees"].clear()
+    # A step goes with its trace (``TraceAdmin.get_deleted_objects``), never alone: deleted
+    # by hand it would leave the rollups of the steps above it and its trace's totals wrong,
+    # and its trace's ``last_seq`` where it was, so every worker's kept tree of the trace
+    # (``traces.selectors.trace_tree_json``) would still show it.
+    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
 
 
 @admin.register(TraceEvent)

@@ -598,8 +598,9 @@ def trace_tree_json(
     """``trace_tree`` encoded as JSON. A finished trace's compact tree of at least
     ``TRACE_TREE_CACHE_MIN_STEPS`` steps is kept encoded after its first read (the cache
     ``trace_trees``, in each server process) under the trace's ``last_seq``: every write to
-    a trace's steps is an event of its log and moves it (``traces.store``), so a later read
-    finds a kept tree only while it is still the trace's tree. ``created_at`` tells a trace
+    a trace's steps moves it (``traces.store``; a finished trace's, without an event) and
+    nothing else writes them (the admin deletes a step only with its trace), so a later
+    read finds a kept tree only while it is still the trace's tree. ``created_at`` tells a trace
     apart from an earlier one with its id (deleted, then sent again over OTLP).
 
     Built from ``trace`` as the caller read it, the tree is that state or a newer one, never

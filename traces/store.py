@@ -368,7 +368,7 @@ _TRACE_FIELDS = [
 class _Write:
     """One write to a locked trace: new steps, changes to steps, the trace's end. Only a
     running trace's write makes events; a finished one takes late steps and changes silently
-    (its ``trace_completed`` stays its last event).
+    (its ``trace_completed`` stays its last event), though they move its ``last_seq`` too.
 
     Everything is worked out in memory first (seq, depth, path, the rollups of new steps, the
     deltas of stored ones, the trace's counters, the events); ``save`` then stores it: one
@@ -651,8 +651,12 @@ class _Write:
         if step.id not in self.new_steps:
             self.changed[step.id] = step
             self._changed_fields.setdefault(step.id, set()).update(updated - _ROLLUP_FIELDS)
+        # A finished trace's change moves its ``last_seq`` too, as its late steps do: what is
+        # kept under it (``traces.selectors.trace_tree_json``) is then no longer found. Its
+        # watchers are not told (its ``trace_completed`` stays its last event).
+        self.trace.last_seq += 1
         if not self.publish:
-            return step  # a finished trace's watchers are not told
+            return step
         row = step_dict(step)
         shown = updated - {"data", "tool_facts"} | (
             {"data_preview"} if "data" in changes else set()
@@ -662,7 +666,6 @@ class _Write:
             # What a running step printed so far reaches watchers whole (it is bounded by its
             # writer); None once it is gone (the step's result holds the output).
             event_updates[LIVE_OUTPUT_KEY] = _live_output(step.data)
-        self.trace.last_seq += 1
         self.events.append(
             self._event(
                 "step_updated", self.trace.last_seq, step_id=str(step.id), updates=event_updates

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from asgiref.sync import async_to_sync
-from django.contrib.auth.models import User
+from django.contrib.auth.models import Permission, User
 from django.test import Client
 
 from devassist.models import ApiToken
@@ -196,29 +196,59 @@ def test_traces_cannot_be_changed_in_the_admin(admin_client: Client, user: User)
 
 
 @pytest.mark.django_db
-@pytest.mark.parametrize("how", ["page", "action"])
-def test_a_step_deleted_in_the_admin_leaves_no_kept_tree_showing_it(
-    admin_client: Client, user: User, settings: Any, how: str
-) -> None:
-    settings.TRACE_TREE_CACHE_MIN_STEPS = 1
+def test_a_step_cannot_be_deleted_alone_in_the_admin(admin_client: Client, user: User) -> None:
+    """By hand it would leave its ancestors' rollups, its trace's totals and every worker's
+    kept tree of the trace (keyed on the trace's ``last_seq``) showing it."""
     trace = make_trace(user, steps=3)
-    get_trace_store().complete_trace_sync(trace.id)
-    tree = f"/api/traces/{trace.id}/tree"
-
-    def shown() -> list[str]:
-        (root,) = admin_client.get(tree).json()["root_steps"]
-        return [child["name"] for child in root["children"]]
-
-    assert shown() == ["thought 0", "thought 1"]  # now kept
     step = trace.steps.order_by("seq").last()
     assert step is not None
+
+    page = admin_client.post(f"/admin/traces/step/{step.pk}/delete/", {"post": "yes"})
+    selected = {"action": "delete_selected", "_selected_action": [step.pk], "post": "yes"}
+    admin_client.post("/admin/traces/step/", selected)
+
+    assert page.status_code == HTTPStatus.FORBIDDEN
+    assert "delete_selected" not in admin_client.get("/admin/traces/step/").content.decode()
+    assert Step.objects.filter(pk=step.pk).exists()
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("how", ["page", "action"])
+def test_a_trace_is_deleted_in_the_admin_with_its_steps(
+    admin_client: Client, user: User, how: str
+) -> None:
+    trace = make_trace(user, steps=3)
+    delete_page = f"/admin/traces/trace/{trace.pk}/delete/"
+
+    assert "Step: " in admin_client.get(delete_page).content.decode()  # listed, not refused
     if how == "page":
-        admin_client.post(f"/admin/traces/step/{step.pk}/delete/", {"post": "yes"})
+        admin_client.post(delete_page, {"post": "yes"})
     else:
-        selected = {"action": "delete_selected", "_selected_action": [step.pk], "post": "yes"}
-        admin_client.post("/admin/traces/step/", selected)
-    assert not Step.objects.filter(pk=step.pk).exists()
-    assert shown() == ["thought 0"]
+        selected = {"action": "delete_selected", "_selected_action": [trace.pk], "post": "yes"}
+        admin_client.post("/admin/traces/trace/", selected)
+
+    assert not Trace.objects.filter(pk=trace.pk).exists()
+    assert not Step.objects.filter(trace_id=trace.pk).exists()
+
+
+@pytest.mark.django_db
+def test_deleting_a_trace_in_the_admin_takes_the_permission_to_delete_steps(
+    staff_user: User, user: User
+) -> None:
+    trace = make_trace(user, steps=2)
+    staff_user.user_permissions.add(
+        *Permission.objects.filter(codename__in=["view_trace", "delete_trace", "delete_traceevent"])
+    )
+    client = Client()
+    client.force_login(staff_user)
+    delete_page = f"/admin/traces/trace/{trace.pk}/delete/"
+
+    refused = client.post(delete_page, {"post": "yes"})
+    staff_user.user_permissions.add(Permission.objects.get(codename="delete_step"))
+    client.post(delete_page, {"post": "yes"})
+
+    assert refused.status_code == HTTPStatus.FORBIDDEN  # "...permission to delete: step"
+    assert not Trace.objects.filter(pk=trace.pk).exists()
 
 
 @pytest.mark.django_db

@@ -9,7 +9,7 @@ import pytest
 from tests.conftest import token_client
 from tests.traces.factories import add, build_tree, make_trace, step
 from traces.models import Step, Trace, TraceEvent
-from traces.store import get_trace_store
+from traces.store import TraceSteps, get_trace_store
 
 pytestmark = pytest.mark.django_db
 
@@ -499,6 +499,24 @@ def test_a_kept_tree_is_not_read_after_the_trace_changes(
     assert root["subtree_steps"] == 8
     assert [child["name"] for child in root["children"]] == ["n0", "n1", "late"]
     assert body["trace"]["total_steps"] == 8
+
+
+def test_a_kept_tree_is_not_read_after_a_change_to_a_finished_trace(user, keep_small_trees):
+    """A finished trace's steps still change (OTLP log records that come after the root span
+    ended join their span's step): the change moves ``last_seq`` without an event."""
+    trace, steps = _finished_tree(user)
+    client = token_client(user)
+    assert (
+        client.get(f"/api/traces/{trace.id}/tree").json()["root_steps"][0]["data_preview"] == "{}"
+    )
+    trace.refresh_from_db()
+    get_trace_store().add_to_traces_sync(
+        [TraceSteps(trace=trace, steps=[], updates={steps[0].id: {"data": {"log": "late"}}})]
+    )
+    body = client.get(f"/api/traces/{trace.id}/tree").json()
+    assert body["root_steps"][0]["data_preview"] == '{"log":"late"}'
+    assert body["trace"]["last_seq"] == trace.last_seq + 1
+    assert not TraceEvent.objects.filter(trace=trace, seq__gt=trace.last_seq).exists()
 
 
 def test_running_and_small_traces_are_read_every_time(

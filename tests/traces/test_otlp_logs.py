@@ -41,7 +41,7 @@ from tests.traces.test_otlp_ingest import (
     trace_of,
 )
 from traces import selectors
-from traces.models import PendingLogEvents, Step, StepType, Trace, TraceStatus
+from traces.models import PendingLogEvents, Step, StepType, Trace, TraceEvent, TraceStatus
 from traces.otlp_logs import with_log_events
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -147,12 +147,22 @@ async def test_log_records_sent_before_their_span_join_its_step(user, encoding):
     assert (trace.status, trace.total_steps, trace.total_tokens) == (TraceStatus.COMPLETED, 2, 9)
 
 
-async def test_log_records_sent_after_their_span_update_its_step(user):
+async def test_log_records_sent_after_their_span_update_its_step(user, settings):
+    settings.TRACE_TREE_CACHE_MIN_STEPS = 1  # the finished trace's tree is kept once read
     spans, records = sdk_spans_and_logs(legacy_chat)
     token = await token_for(user)
     assert (await post_otlp(protobuf_body(spans), token=token)).status_code == HTTPStatus.OK
     trace = await Trace.objects.aget(pk=trace_of(spans))
     assert trace.status == TraceStatus.COMPLETED
+    browser = AsyncClient()
+    await browser.aforce_login(user)
+
+    async def chat_preview() -> str:
+        (root,) = (await browser.get(f"/api/traces/{trace.id}/tree")).json()["root_steps"]
+        (chat,) = root["children"]
+        return str(chat["data_preview"])
+
+    assert "Weather in Paris?" not in await chat_preview()
     # One request per record, as a batch processor may send them.
     for record in records:
         response = await post_otlp(logs_body([record]), token=token, path="/v1/logs")
@@ -163,9 +173,12 @@ async def test_log_records_sent_after_their_span_update_its_step(user):
     assert len(step.data["events"]) == 3
     assert "Weather in Paris?" in step.data_preview
     assert await waiting_rows() == 0
+    # The tree kept before them is not read: each moved the trace's last_seq.
+    assert "Weather in Paris?" in await chat_preview()
     # A finished trace takes them silently: no events after its trace_completed.
     after = await Trace.objects.aget(pk=trace.pk)
-    assert (after.status, after.last_seq) == (TraceStatus.COMPLETED, trace.last_seq)
+    assert (after.status, after.last_seq) == (TraceStatus.COMPLETED, trace.last_seq + 3)
+    assert not await TraceEvent.objects.filter(trace=trace, seq__gt=trace.last_seq).aexists()
 
 
 async def test_log_records_of_a_running_trace_reach_its_watchers(user, layer):
