@@ -6,7 +6,8 @@ unless ``OTEL_SDK_DISABLED`` is true; over OTLP/HTTP with protobuf, or OTLP/gRPC
 ``OTEL_EXPORTER_OTLP_PROTOCOL`` (or ``OTEL_EXPORTER_OTLP_TRACES_PROTOCOL``) is ``grpc``. The
 SDK reads the other standard variables itself (``OTEL_EXPORTER_OTLP_HEADERS``, ``_TIMEOUT``,
 ``_COMPRESSION``, ``_INSECURE``, ``OTEL_BSP_*``, ``OTEL_SERVICE_NAME``,
-``OTEL_RESOURCE_ATTRIBUTES``). The only module that imports the OTel SDK's exporters.
+``OTEL_RESOURCE_ATTRIBUTES``, ``OTEL_TRACES_SAMPLER``). The only module that imports the OTel
+SDK's exporters.
 
 The run's trace is its single record, so the export is derived from it once the run has
 finished (``otel_run_finished``, called by the recorder after the run's last write): its steps
@@ -22,10 +23,9 @@ from __future__ import annotations
 
 import atexit
 import json
-import os
 import threading
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -34,10 +34,12 @@ from urllib.parse import urlsplit
 import structlog
 from django.conf import settings
 from opentelemetry.attributes import BoundedAttributes
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import Event, ReadableSpan, SpanLimits
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
+from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+from opentelemetry.sdk.trace import Event, ReadableSpan, SpanLimits, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.sampling import Sampler
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
@@ -45,12 +47,18 @@ from agent.llm import get_llm
 from agent.models import AgentRun, RunStatus
 from agent.projections import step_times_ns
 from traces.models import Step, StepStatus, StepType
+from traces.projections import clip
 
 logger = structlog.get_logger(__name__)
 
 #: The instrumentation scope of the exported spans.
 SCOPE = InstrumentationScope("devassist.agent", "1")
 AGENT_NAME = "devassist"
+AGENT_SPAN_NAME = f"invoke_agent {AGENT_NAME}"
+#: The longest a span's name is made (a model's name is in a ``chat`` span's).
+SPAN_NAME_CHARS = 200
+#: ``error.type`` when no class of error is known, as the conventions name it.
+OTHER_ERROR = "_OTHER"
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 
 
@@ -112,8 +120,16 @@ class OtelConfig:
             protocol=protocol,
             endpoint=endpoint,
             capture=Capture.of(settings.OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT),
-            service_name=os.environ.get("OTEL_SERVICE_NAME") or AGENT_NAME,
+            service_name=_service_name(),
         )
+
+
+def _service_name() -> str:
+    """``service.name`` as the standard variables give it (``OTEL_SERVICE_NAME``, else
+    ``OTEL_RESOURCE_ATTRIBUTES``), else ``devassist`` (rather than the SDK's
+    ``unknown_service``)."""
+    name = str(Resource.create().attributes.get(SERVICE_NAME) or "")
+    return AGENT_NAME if not name or name.startswith("unknown_service") else name
 
 
 @dataclass(frozen=True)
@@ -121,6 +137,9 @@ class _Pipeline:
     config: OtelConfig
     processor: BatchSpanProcessor
     resource: Resource
+    #: Which runs go out: ``OTEL_TRACES_SAMPLER`` (and its ``_ARG``), as the SDK's tracer
+    #: reads it (``parentbased_always_on``, every run, by default).
+    sampler: Sampler
 
 
 _pipeline: _Pipeline | None = None
@@ -151,10 +170,44 @@ def _pipeline_for(config: OtelConfig) -> _Pipeline:
             exporter = OTLPSpanExporter(endpoint=config.endpoint)
         _pipeline = _Pipeline(
             config=config,
-            processor=BatchSpanProcessor(exporter),
-            resource=Resource.create({"service.name": config.service_name}),
+            processor=BatchSpanProcessor(_RequestsWithin(exporter, EXPORT_REQUEST_BYTES)),
+            resource=Resource.create({SERVICE_NAME: config.service_name}),
+            sampler=TracerProvider(shutdown_on_exit=False).sampler,
         )
         return _pipeline
+
+
+#: The most one export request may encode to: a collector's gRPC receiver takes 4 MiB a
+#: message by default (grpcio's limit), and one run's captured messages can make a batch of
+#: several runs larger; past it, the batch goes in smaller requests (``_RequestsWithin``).
+EXPORT_REQUEST_BYTES = 3 * 1024 * 1024
+
+
+class _RequestsWithin(SpanExporter):
+    """``exporter``, with each batch the processor hands it split into requests that encode
+    to at most ``max_bytes`` (halved until they do): one run whose messages are huge then
+    fails its own request alone, not the other runs batched with it."""
+
+    def __init__(self, exporter: SpanExporter, max_bytes: int) -> None:
+        self._exporter = exporter
+        self._max_bytes = max_bytes
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        results = [self._exporter.export(part) for part in self._parts(spans)]
+        ok = all(result == SpanExportResult.SUCCESS for result in results)
+        return SpanExportResult.SUCCESS if ok else SpanExportResult.FAILURE
+
+    def _parts(self, spans: Sequence[ReadableSpan]) -> list[Sequence[ReadableSpan]]:
+        if len(spans) <= 1 or encode_spans(spans).ByteSize() <= self._max_bytes:
+            return [spans]
+        half = len(spans) // 2
+        return [*self._parts(spans[:half]), *self._parts(spans[half:])]
+
+    def shutdown(self) -> None:
+        self._exporter.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        return self._exporter.force_flush(timeout_millis)
 
 
 def otel_flush(timeout_millis: int = 30_000) -> bool:
@@ -173,13 +226,29 @@ def otel_reset() -> None:
         old.processor.shutdown()
 
 
+#: How long a stopping process gives what is queued to go out.
+EXIT_FLUSH_S = 5.0
+
+
 @atexit.register
 def _flush_at_exit() -> None:
-    # What is queued goes out, for a few seconds at most; then the exporter stops.
+    """Send what is queued and stop the exporter, for ``EXIT_FLUSH_S`` at most: in a thread
+    waited for that long, since the SDK's ``force_flush`` ignores its timeout and sends every
+    queued batch, each waiting up to ``OTEL_EXPORTER_OTLP_TIMEOUT`` (10 s) on a collector that
+    hangs, and ``shutdown`` waits 30 s more (a container's stop kills it before)."""
     pipeline = _pipeline
-    if pipeline is not None:
-        pipeline.processor.force_flush(5_000)
+    if pipeline is None:
+        return
+
+    def stop() -> None:
+        pipeline.processor.force_flush()
         pipeline.processor.shutdown()
+
+    stopping = threading.Thread(target=stop, name="otel-exit", daemon=True)
+    stopping.start()
+    stopping.join(EXIT_FLUSH_S)
+    if stopping.is_alive():
+        logger.warning("otel_exit_flush_timed_out", seconds=EXIT_FLUSH_S)
 
 
 async def otel_run_finished(*, run: AgentRun) -> None:
@@ -190,8 +259,11 @@ async def otel_run_finished(*, run: AgentRun) -> None:
     if config is None or run.trace_id is None:
         return
     try:
-        steps = [step async for step in Step.objects.filter(trace_id=run.trace_id).order_by("seq")]
         pipeline = _pipeline_for(config)
+        sampled = pipeline.sampler.should_sample(None, run.trace_id.int, AGENT_SPAN_NAME)
+        if not sampled.decision.is_sampled():
+            return
+        steps = [step async for step in Step.objects.filter(trace_id=run.trace_id).order_by("seq")]
         spans = run_spans(
             run,
             steps,
@@ -342,6 +414,10 @@ def run_spans(
     ) -> ReadableSpan:
         start, end = step_times_ns(step)
         status = Status(StatusCode.ERROR, error) if error is not None else Status(StatusCode.UNSET)
+        if error is not None:
+            # Required of a failed operation by the GenAI conventions; the trace keeps no
+            # class of error for a step.
+            attributes = {**attributes, "error.type": OTHER_ERROR}
         return ReadableSpan(
             name=name,
             context=context(step),
@@ -362,10 +438,11 @@ def run_spans(
         if step.step_type == StepType.THOUGHT:
             data = step.data if isinstance(step.data, dict) else {}
             answered_by = data.get("model") or run.model
+            requested = run.model or answered_by
             attributes: dict[str, Any] = {
                 "gen_ai.operation.name": "chat",
                 **model,
-                "gen_ai.request.model": run.model or answered_by,
+                "gen_ai.request.model": requested,
                 "gen_ai.response.model": answered_by,
             }
             usage = data.get("usage")
@@ -390,7 +467,9 @@ def run_spans(
             failed = step.status == StepStatus.FAILED
             spans.append(
                 span(
-                    f"chat {answered_by}".strip(),
+                    # The conventions' name, from the model asked for: the one answering is
+                    # the model server's word (any text), and often a dated version of it.
+                    clip(f"chat {requested}".strip(), SPAN_NAME_CHARS),
                     step,
                     attributes,
                     kind=SpanKind.CLIENT,
@@ -485,8 +564,9 @@ def _agent_span(
     error = None
     if run.status == RunStatus.FAILED:
         error = (goal.error if goal else "") or run.error_code or "The run failed."
+        attributes["error.type"] = run.error_code or OTHER_ERROR
     return ReadableSpan(
-        name=f"invoke_agent {AGENT_NAME}",
+        name=AGENT_SPAN_NAME,
         context=context,
         parent=None,
         resource=resource,

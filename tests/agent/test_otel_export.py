@@ -12,6 +12,8 @@ import os
 import subprocess
 import sys
 import threading
+import time
+import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from http import HTTPStatus
@@ -21,6 +23,7 @@ from urllib.parse import urlsplit
 
 import grpc
 import pytest
+from django.utils import timezone
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
@@ -111,9 +114,10 @@ class OtlpReceiver(_Received):
 class GrpcOtlpReceiver(_Received):
     """An OTLP/gRPC trace service on 127.0.0.1 (grpcio serving opentelemetry-proto's
     ``TraceService``, as a collector's port 4317 does) that keeps every request in
-    ``exports`` and its metadata in ``headers``."""
+    ``exports`` and its metadata in ``headers``; messages past ``max_message_bytes`` (grpcio's
+    4 MiB by default) are refused, as a collector's receiver refuses them."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, max_message_bytes: int | None = None) -> None:
         self.exports: list[ExportTraceServiceRequest] = []
         self.headers: list[dict[str, str]] = []
         receiver = self
@@ -126,7 +130,10 @@ class GrpcOtlpReceiver(_Received):
                 receiver.headers.append(dict(context.invocation_metadata()))
                 return ExportTraceServiceResponse()
 
-        self.server = grpc.server(ThreadPoolExecutor(max_workers=2))
+        options = []
+        if max_message_bytes is not None:
+            options.append(("grpc.max_receive_message_length", max_message_bytes))
+        self.server = grpc.server(ThreadPoolExecutor(max_workers=2), options=options)
         add_TraceServiceServicer_to_server(Service(), self.server)
         port = self.server.add_insecure_port("127.0.0.1:0")
         self.base_url = f"http://127.0.0.1:{port}"
@@ -259,6 +266,8 @@ def test_a_run_is_exported_as_a_genai_trace(collector, scripted, user, monkeypat
     assert "gen_ai.tool.call.arguments" not in tool_values
     assert tool.status.code == Status.STATUS_CODE_ERROR
     assert "code" in tool.status.message
+    assert tool_values["error.type"] == "_OTHER"
+    assert "error.type" not in root_values
 
 
 @pytest.mark.parametrize(
@@ -496,3 +505,171 @@ def test_the_protocol_comes_from_the_standard_variables():
         "OTEL_EXPORTER_OTLP_PROTOCOL must be one of http/protobuf, grpc, got 'http/json'"
         in refused.stderr
     )
+
+
+def test_the_sampler_variables_choose_the_runs_that_go_out(otel_on, scripted, user, monkeypatch):
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER", "always_off")
+    agent_run(user, scripted)
+    assert otel_flush()
+    assert not otel_on.spans()
+    otel_reset()
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER", "traceidratio")
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER_ARG", "1.0")
+    run = agent_run(user, scripted)
+    assert otel_flush()
+    assert run.trace_id is not None
+    assert {span.trace_id for span, _ in otel_on.spans()} == {run.trace_id.bytes}
+
+
+@pytest.mark.parametrize(
+    ("env", "service"),
+    [
+        ({}, "devassist"),
+        ({"OTEL_RESOURCE_ATTRIBUTES": "service.name=agents,deployment.environment=prod"}, "agents"),
+        (
+            {"OTEL_RESOURCE_ATTRIBUTES": "service.name=agents", "OTEL_SERVICE_NAME": "chat"},
+            "chat",
+        ),
+    ],
+)
+def test_the_service_is_named_as_the_standard_variables_say(
+    otel_on, scripted, user, monkeypatch, env, service
+):
+    for name in ("OTEL_RESOURCE_ATTRIBUTES", "OTEL_SERVICE_NAME"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    agent_run(user, scripted)
+    assert otel_flush()
+    resources = [resource for _, resource in otel_on.spans()]
+    assert {resource["service.name"] for resource in resources} == {service}
+    if "deployment.environment" in env.get("OTEL_RESOURCE_ATTRIBUTES", ""):
+        assert resources[0]["deployment.environment"] == "prod"
+
+
+def test_a_chat_span_is_named_after_the_model_asked_for():
+    """Not after the model the server says answered (any text, of any length), as the GenAI
+    conventions name it; without one asked for, after that one, cut."""
+    from opentelemetry.sdk.resources import Resource
+
+    from agent.otel import SPAN_NAME_CHARS, Capture, run_spans
+    from traces.models import Step, StepType
+
+    now = timezone.now()
+    run = AgentRun(trace_id=uuid.uuid4(), model="fake-model", input="hi")
+    said = "evil\n\x1b[31m" + "M" * 20_000
+    step = Step(step_type=StepType.THOUGHT, data={"model": said}, started_at=now, finished_at=now)
+
+    def chat_name() -> str:
+        spans = run_spans(run, [step], resource=Resource.create(), capture=Capture.of(""), model={})
+        (chat,) = [span for span in spans if span.name.startswith("chat")]
+        assert chat.attributes is not None
+        assert chat.attributes["gen_ai.response.model"] == said
+        return chat.name
+
+    assert chat_name() == "chat fake-model"
+    run.model = ""
+    assert chat_name() == ("chat " + said)[: SPAN_NAME_CHARS - 1] + "…"
+
+
+def test_a_run_whose_content_is_past_a_collector_s_message_size_keeps_the_others(
+    settings, scripted, user, monkeypatch
+):
+    """Runs batched together go out in requests the collector takes: a run whose messages
+    make a request too big for it fails alone, in a request of its own, and the others
+    arrive (the request limit set below the collector's, as ``EXPORT_REQUEST_BYTES`` is
+    below grpcio's 4 MiB)."""
+    monkeypatch.setattr("agent.otel.EXPORT_REQUEST_BYTES", 48_000)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "2")  # the exporter's retries of those
+    settings.OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT = "true"
+    with GrpcOtlpReceiver(max_message_bytes=64_000) as receiver:
+        settings.OTEL_EXPORTER_OTLP_PROTOCOL = "grpc"
+        settings.OTEL_EXPORTER_OTLP_ENDPOINT = receiver.base_url
+        small = agent_run(user, scripted)
+        huge = agent_run(user, scripted, message="🦜" * 30_000)
+        after = agent_run(user, scripted)
+        otel_flush()
+        received = receiver.spans()
+
+    def names(run: AgentRun) -> list[str]:
+        assert run.trace_id is not None
+        return sorted(span.name for span, _ in received if span.trace_id == run.trace_id.bytes)
+
+    whole = ["chat fake-model", "chat fake-model", "execute_tool execute_code"]
+    assert names(small) == names(after) == [*whole, "invoke_agent devassist"]
+    # Its spans that carry the message are past what the collector takes, each alone.
+    assert names(huge) == ["execute_tool execute_code"]
+
+
+def test_a_batch_goes_in_requests_within_the_size_and_in_order():
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+    from opentelemetry.sdk.trace import ReadableSpan
+    from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+    from opentelemetry.trace import SpanContext
+
+    from agent.otel import _RequestsWithin
+
+    sent: list[list[str]] = []
+
+    class Recorder(SpanExporter):
+        def export(self, spans: Any) -> SpanExportResult:
+            assert len(spans) == 1 or encode_spans(spans).ByteSize() <= 3_000
+            sent.append([span.name for span in spans])
+            return SpanExportResult.SUCCESS
+
+    sizes = [100, 100, 5_000, 100, 1_000, 1_000, 1_000, 100]
+    spans = [
+        ReadableSpan(
+            name=f"s{index}",
+            context=SpanContext(1, index + 1, is_remote=False),
+            attributes={"text": "x" * size},
+        )
+        for index, size in enumerate(sizes)
+    ]
+    assert _RequestsWithin(Recorder(), 3_000).export(spans) == SpanExportResult.SUCCESS
+    assert [name for request in sent for name in request] == [span.name for span in spans]
+    assert ["s2"] in sent
+    assert len(sent) < len(spans)
+
+
+def test_a_stopping_process_gives_a_hanging_collector_five_seconds(settings):
+    """At exit the queued spans get ``EXIT_FLUSH_S`` to go out, however many batches wait
+    on a collector that never answers (the SDK's own flush would wait out each one's
+    timeout, 10 s a batch)."""
+    script = (
+        "import django; django.setup()\n"
+        "from opentelemetry.sdk.trace import ReadableSpan\n"
+        "from opentelemetry.trace import SpanContext, TraceFlags\n"
+        "from agent.otel import SCOPE, OtelConfig, _pipeline_for\n"
+        "pipeline = _pipeline_for(OtelConfig.current())\n"
+        "for index in range(4):\n"
+        "    context = SpanContext(1, index + 1, False, trace_flags=TraceFlags(1))\n"
+        "    span = ReadableSpan(name='s', context=context, resource=pipeline.resource,\n"
+        "                        instrumentation_scope=SCOPE, start_time=1, end_time=2)\n"
+        "    pipeline.processor.on_end(span)\n"
+        "print('queued', flush=True)\n"
+    )
+    with OtlpReceiver(hold=True) as hanging:
+        environ = {
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "devassist.settings",
+            "OTEL_EXPORTER_OTLP_ENDPOINT": hanging.base_url,
+            "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "1",
+            "OTEL_BSP_SCHEDULE_DELAY": "60000",
+        }
+        started = time.monotonic()
+        done = subprocess.run(
+            [sys.executable, "-c", script],
+            env=environ,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        took = time.monotonic() - started
+        assert done.returncode == 0, done.stderr
+        assert "queued" in done.stdout
+        assert hanging.arrived.is_set()
+    # The start-up (Django, the SDK) takes a second or two of it.
+    assert took < 5 + 8
+    assert "otel_exit_flush_timed_out" in done.stdout + done.stderr
