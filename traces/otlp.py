@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import contextlib
 import json
 import re
 import time
@@ -47,7 +46,7 @@ from devassist.responses import json_bytes
 from devassist.storable import REPLACEMENT
 from traces.messages import asked_in
 from traces.models import StepStatus, StepType, TraceStatus
-from traces.projections import iso
+from traces.projections import clip, iso
 from traces.store import COST_LIMIT, StepCreate
 
 PROTOBUF = "application/x-protobuf"
@@ -226,17 +225,24 @@ def _too_large(max_bytes: int, signal: Signal) -> OtlpError:
 
 def _gunzip(body: bytes, max_bytes: int, signal: Signal) -> bytes:
     """``body`` decompressed, never more than ``max_bytes`` of it (a small body can hold a
-    huge one)."""
-    inflater = zlib.decompressobj(wbits=31)
-    try:
-        out = inflater.decompress(body, max_bytes + 1)
-    except zlib.error as exc:
-        raise OtlpError(HTTPStatus.BAD_REQUEST, f"Malformed gzip body: {exc}") from exc
-    if len(out) > max_bytes or inflater.unconsumed_tail:
-        raise _too_large(max_bytes, signal)
-    if not inflater.eof:
-        raise OtlpError(HTTPStatus.BAD_REQUEST, "Malformed gzip body: it ends early.")
-    return out
+    huge one). Every member of it, one after the other, as ``gunzip`` reads them (a gzip body
+    may be several members put end to end); 400 for one that ends early or bytes after the
+    last that are not a member."""
+    out = bytearray()
+    rest = body
+    while True:
+        inflater = zlib.decompressobj(wbits=31)
+        try:
+            out += inflater.decompress(rest, max_bytes + 1 - len(out))
+        except zlib.error as exc:
+            raise OtlpError(HTTPStatus.BAD_REQUEST, f"Malformed gzip body: {exc}") from exc
+        if len(out) > max_bytes or inflater.unconsumed_tail:
+            raise _too_large(max_bytes, signal)
+        if not inflater.eof:
+            raise OtlpError(HTTPStatus.BAD_REQUEST, "Malformed gzip body: it ends early.")
+        rest = inflater.unused_data
+        if not rest:
+            return bytes(out)
 
 
 def _no_constant(name: str) -> None:
@@ -260,8 +266,8 @@ def _proto_json(value: Any) -> Any:
     base64; base64 ids are taken too (their lengths tell them apart: 16 bytes are 32 hex
     digits or 24 base64 characters ending in ``==``). An id that is neither becomes one
     that the span checks refuse, so the span is rejected, not the request. A lone surrogate
-    in a string becomes U+FFFD, as text DevAssist cannot store does (``devassist.storable``):
-    the span is kept, not the request refused."""
+    in a string (or a key) becomes U+FFFD, as text DevAssist cannot store does
+    (``devassist.storable``): the span is kept, not the request refused."""
     if isinstance(value, str):
         return _LONE_SURROGATE.sub(REPLACEMENT, value)
     if isinstance(value, list):
@@ -273,7 +279,8 @@ def _proto_json(value: Any) -> Any:
         if key in _ID_FIELDS and isinstance(item, str):
             converted[key] = _id_as_base64(item)
         else:
-            converted[key] = _proto_json(item)
+            # A key too: ``ParseDict`` looks fields up by name, and fails on a lone surrogate.
+            converted[_LONE_SURROGATE.sub(REPLACEMENT, key)] = _proto_json(item)
     return converted
 
 
@@ -342,6 +349,8 @@ class TraceSpans:
     duration_ms: int | None = None
     task: str | None = None
     root_service: str | None = None
+    #: The root span's step, when the batch holds it ended (``complete``).
+    ended_by: uuid.UUID | None = None
     #: The root span's step, when the batch holds it without an input (its task is then its
     #: name, unless log records that waited for it give it one: ``traces.services``).
     unnamed_root: uuid.UUID | None = None
@@ -350,6 +359,16 @@ class TraceSpans:
     def otel_trace_id(self) -> str:
         """The trace id as OTel writes it (32 hex digits)."""
         return self.trace_id.hex
+
+
+#: How much of an item's name a refusal's reason shows (``item_name``).
+NAME_CHARS = 100
+
+
+def item_name(name: str) -> str:
+    """A span's or log record's ``name`` as a refusal's reason shows it: quoted and cut (it
+    can be as long as a client likes, and may be why it is refused)."""
+    return repr(clip(name, NAME_CHARS))
 
 
 @dataclass
@@ -430,7 +449,8 @@ def request_spans(
                         span, limits=limits, now_ns=now_ns, scope=scope, service=service
                     )
                 except Refused as exc:
-                    batch.reject(1, f"span {span.span_id.hex() or '(no id)'} {span.name!r}: {exc}")
+                    span_id = span.span_id.hex() or "(no id)"
+                    batch.reject(1, f"span {span_id} {item_name(span.name)}: {exc}")
                     continue
                 trace_id = uuid.UUID(bytes=span.trace_id)
                 entry = batch.traces.get(trace_id)
@@ -455,6 +475,7 @@ def _set_root(entry: TraceSpans, span: Span, step: StepCreate, service: str) -> 
     if not span.end_time_unix_nano:
         return
     entry.root_service = service
+    entry.ended_by = step.id
     entry.complete = (
         TraceStatus.FAILED
         if span.status.code == Status.STATUS_CODE_ERROR
@@ -546,6 +567,8 @@ def _span_step(
             raise Refused(f"{count} {what}, more than {limits.max_events}")
     if any(event.time_unix_nano > now_ns + MAX_CLOCK_SKEW_NS for event in span.events):
         raise Refused("an event's time lies more than a day in the future")
+    texts = [("a name", span.name), ("a status message", span.status.message)]
+    check_texts([*texts, *(("an event name", event.name) for event in span.events)], limits)
     attributes = attributes_of(span.attributes, limits)
     events = [
         {
@@ -611,6 +634,17 @@ def attributes_of(pairs: Iterable[KeyValue], limits: Limits) -> dict[str, Any]:
             "(OTEL_ATTRIBUTE_COUNT_LIMIT)"
         )
     return {pair.key: value_of(pair.value, limits) for pair in items}
+
+
+def check_texts(texts: Iterable[tuple[str, str]], limits: Limits) -> None:
+    """``Refused`` for one of an item's own texts (``("a name", text)``) longer than
+    ``limits.max_value_chars``, as a value of its attributes would be."""
+    for what, text in texts:
+        if len(text) > limits.max_value_chars:
+            raise Refused(
+                f"{what} of {len(text)} characters, more than {limits.max_value_chars} "
+                "(OTLP_MAX_VALUE_CHARS)"
+            )
 
 
 def value_of(value: AnyValue, limits: Limits) -> Any:
@@ -913,7 +947,7 @@ def _gather_list(
         found: dict[str, Any] = {}
         for key in [k for k in attributes if k.startswith(prefix)]:
             path = key[len(prefix) :].split(".")
-            if len(path) < 2 or not _is_index(path[0]):
+            if not 2 <= len(path) <= _MAX_FLATTENED_PARTS or not _is_index(path[0]):
                 continue  # not a field of a numbered item: it stays an attribute
             if item and path[1] == item and len(path) > 2:
                 path = [path[0], *path[2:]]  # OpenInference's ``<i>.message.<field>``
@@ -931,6 +965,11 @@ def _gather_list(
         if found:
             return _as_lists(found)
     return None
+
+
+#: The most parts a flattened key's name takes after its prefix (``0.tool_calls.0.name``
+#: has 4): one with more stays an attribute, rather than nest as deep as a client likes.
+_MAX_FLATTENED_PARTS = 16
 
 
 def _is_index(name: str) -> bool:
@@ -959,13 +998,39 @@ def _lift(attributes: dict[str, Any], keys: Iterable[str], mime_key: str | None 
             is_json = key in _JSON_TEXT_KEYS or (
                 mime_key is not None and attributes.get(mime_key) == "application/json"
             )
-            if is_json and isinstance(value, str):
-                try:
-                    return orjson.loads(value)
-                except orjson.JSONDecodeError:
-                    return value
-            return value
+            return json_text_value(value) if is_json and isinstance(value, str) else value
     return None
+
+
+#: How deep a JSON text an attribute holds may nest to be taken parsed: as deep as an
+#: ``AnyValue`` can (protobuf decodes 100 levels of messages, two a level), well within what
+#: a step's data can hold (``devassist.storable.MAX_JSON_DEPTH``) around it.
+_MAX_TEXT_NESTING = 50
+
+
+def json_text_value(text: str) -> Any:
+    """The JSON ``text`` (an attribute that holds JSON) parsed; the text itself when it does
+    not parse, or nests deeper than ``_MAX_TEXT_NESTING`` levels."""
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return text
+    return value if _nests_within(value, _MAX_TEXT_NESTING) else text
+
+
+def _nests_within(value: Any, levels: int) -> bool:
+    """Whether ``value`` nests at most ``levels`` lists and objects deep (walked without
+    recursion: what is too deep for the stack must not exhaust it)."""
+    if not isinstance(value, dict | list):
+        return True
+    pending = [(value, 1)]
+    while pending:
+        item, depth = pending.pop()
+        if depth > levels:
+            return False
+        children = item.values() if isinstance(item, dict) else item
+        pending += [(child, depth + 1) for child in children if isinstance(child, dict | list)]
+    return True
 
 
 def _step_data(
@@ -997,8 +1062,7 @@ def _step_data(
         data["tool_name"] = name if isinstance(name, str) else span.name
         arguments = _lift(attributes, _TOOL_ARGUMENT_KEYS)
         if isinstance(arguments, str):
-            with contextlib.suppress(orjson.JSONDecodeError):
-                arguments = orjson.loads(arguments)
+            arguments = json_text_value(arguments)
         data["arguments"] = arguments if arguments is not None else inputs
         if arguments is not None and inputs is not None:
             data["input"] = inputs

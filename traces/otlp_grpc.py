@@ -20,11 +20,19 @@ import grpc
 import structlog
 from django.conf import settings
 from django.db import DatabaseError, close_old_connections
-from opentelemetry.proto.collector.logs.v1 import logs_service_pb2_grpc
 from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2_grpc
-from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
 
-from traces.otlp import LOGS, NO_METRICS, TRACES, OtlpError, Signal, success_response
+from traces.otlp import (
+    LOGS,
+    NO_METRICS,
+    PROTOBUF,
+    TRACES,
+    Limits,
+    OtlpError,
+    Signal,
+    decode_request,
+    success_response,
+)
 from traces.otlp_api import refused_whole, token_user
 from traces.services import otlp_export_ingest
 
@@ -45,8 +53,10 @@ def _token(context: grpc.ServicerContext) -> str:
     return metadata.get("x-api-key", "").strip()
 
 
-def export(request: Any, context: grpc.ServicerContext, signal: Signal) -> Any:
-    """Authenticate and store one ``Export`` call's request; its response (with
+def export(body: bytes, context: grpc.ServicerContext, signal: Signal) -> Any:
+    """Authenticate, decode and store one ``Export`` call's request (its message's bytes:
+    decoded here, as ``POST /v1/traces`` does, so a message that does not decode is
+    ``INVALID_ARGUMENT`` with the reason, not gRPC's own ``INTERNAL``); its response (with
     ``partial_success`` naming refused items), or the call aborted with the status of
     ``OtlpError`` (``UNAUTHENTICATED``, ``INVALID_ARGUMENT``, ``PERMISSION_DENIED``,
     ``RESOURCE_EXHAUSTED``) or ``UNAVAILABLE``. Runs in a thread of the server's pool: its
@@ -55,6 +65,13 @@ def export(request: Any, context: grpc.ServicerContext, signal: Signal) -> Any:
     close_old_connections()
     try:
         user = token_user(_token(context))
+        request = decode_request(
+            body,
+            encoding=PROTOBUF,
+            content_encoding="",
+            max_bytes=Limits.current().max_body_bytes,
+            signal=signal,
+        )
         outcome = otlp_export_ingest(user=user, request=request, signal=signal)
         error = refused_whole(outcome)
         if error is not None:
@@ -69,18 +86,16 @@ def export(request: Any, context: grpc.ServicerContext, signal: Signal) -> Any:
         close_old_connections()
 
 
-class TraceService(trace_service_pb2_grpc.TraceServiceServicer):
-    """``opentelemetry.proto.collector.trace.v1.TraceService`` (its method keeps gRPC's name)."""
+def _export_service(name: str, signal: Signal) -> grpc.GenericRpcHandler:
+    """The service ``name``'s ``Export`` method, given its request's bytes (``export``)."""
 
-    def Export(self, request: Any, context: grpc.ServicerContext) -> Any:
-        return export(request, context, TRACES)
+    def call(body: bytes, context: grpc.ServicerContext) -> Any:
+        return export(body, context, signal)
 
-
-class LogsService(logs_service_pb2_grpc.LogsServiceServicer):
-    """``opentelemetry.proto.collector.logs.v1.LogsService``."""
-
-    def Export(self, request: Any, context: grpc.ServicerContext) -> Any:
-        return export(request, context, LOGS)
+    handler = grpc.unary_unary_rpc_method_handler(
+        call, response_serializer=lambda response: response.SerializeToString()
+    )
+    return grpc.method_handlers_generic_handler(name, {"Export": handler})
 
 
 class MetricsService(metrics_service_pb2_grpc.MetricsServiceServicer):
@@ -98,8 +113,12 @@ def otlp_grpc_server(address: str, *, workers: int = 4) -> tuple[grpc.Server, in
         ThreadPoolExecutor(max_workers=workers, thread_name_prefix="otlp-grpc"),
         options=[("grpc.max_receive_message_length", settings.DATA_UPLOAD_MAX_MEMORY_SIZE)],
     )
-    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(TraceService(), server)
-    logs_service_pb2_grpc.add_LogsServiceServicer_to_server(LogsService(), server)
+    server.add_generic_rpc_handlers(
+        (
+            _export_service("opentelemetry.proto.collector.trace.v1.TraceService", TRACES),
+            _export_service("opentelemetry.proto.collector.logs.v1.LogsService", LOGS),
+        )
+    )
     metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server(MetricsService(), server)
     port = server.add_insecure_port(address)
     if not port:

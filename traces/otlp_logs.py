@@ -28,7 +28,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
 
@@ -41,6 +40,9 @@ from traces.otlp import (
     attributes_of,
     check_count,
     check_id,
+    check_texts,
+    item_name,
+    json_text_value,
     service_of,
     span_step_id,
     time_of,
@@ -123,7 +125,7 @@ def request_log_records(
                 try:
                     event = _record_event(record, limits=limits, now_ns=now_ns)
                 except Refused as exc:
-                    batch.reject(1, f"log record {_record_name(record)!r}: {exc}")
+                    batch.reject(1, f"log record {item_name(_record_name(record))}: {exc}")
                     continue
                 trace_id = uuid.UUID(bytes=record.trace_id)
                 entry = batch.traces.get(trace_id)
@@ -163,6 +165,7 @@ def _record_event(record: LogRecord, *, limits: Limits, now_ns: int) -> dict[str
     moment = record.time_unix_nano or record.observed_time_unix_nano
     if moment > now_ns + MAX_CLOCK_SKEW_NS:
         raise Refused("its time lies more than a day in the future")
+    check_texts([("a name", record.event_name), ("a severity", record.severity_text)], limits)
     attributes = attributes_of(record.attributes, limits)
     name = record.event_name or attributes.pop("event.name", None)
     event: dict[str, Any] = {
@@ -270,10 +273,7 @@ def _content(event: dict[str, Any]) -> tuple[dict[str, list[Any]], dict[str, Any
 def _messages(value: Any) -> list[Any]:
     """A messages attribute as a list (JSON text where an SDK records strings only)."""
     if isinstance(value, str):
-        try:
-            value = orjson.loads(value)
-        except orjson.JSONDecodeError:
-            return [value]
+        value = json_text_value(value)
     return value if isinstance(value, list) else [value]
 
 

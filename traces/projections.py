@@ -40,8 +40,9 @@ def clip(text: str | None, limit: int) -> str:
 
 
 def data_summary(data: Any) -> tuple[str, int]:
-    """(preview, size in bytes) of a step's data, computed once on write (before the write
-    makes the data storable: a lone surrogate counts the three bytes of its U+FFFD)."""
+    """(preview, size in bytes) of a step's data, computed once on write, once the write has
+    made the data storable (``devassist.storable``: nested at most ``MAX_JSON_DEPTH`` levels,
+    which ``json.dumps`` encodes without exhausting the stack)."""
     encoded = json.dumps(data, ensure_ascii=False, separators=(",", ":"), default=str)
     return clip(encoded, PREVIEW_CHARS), len(encoded.encode("utf-8", "surrogatepass"))
 

@@ -281,6 +281,7 @@ def _spans_write(spans: TraceSpans, user: Any, task: str | None) -> TraceSteps:
         total_duration_ms=spans.duration_ms,
         task=task,
         agent_type=spans.root_service,
+        ended_by=spans.ended_by,
     )
 
 

@@ -74,6 +74,10 @@ logger = structlog.get_logger(__name__)
 #: Costs are stored as numeric(20, 8): each step's, each subtree's and each trace's total stay
 #: below this.
 COST_LIMIT = Decimal(10**12)
+#: How deep a step may be added (the top level is 0): a step keeps its ancestors' seqs
+#: (``Step.path``), so a trace's paths grow with the square of its depth; one OTLP request of
+#: 10,000 spans each the parent of the next took 105 s and 162 MB. No agent nests so deep.
+MAX_STEP_DEPTH = 500
 
 
 # --- values crossing the store boundary ---------------------------------------------------------
@@ -140,6 +144,9 @@ class TraceSteps:
     total_duration_ms: int | None = None
     task: str | None = None
     agent_type: str | None = None
+    #: The step whose arrival ends the trace as ``complete`` says (an OTLP root span's): when
+    #: it is stored already, the batch re-sends it, and a re-sent step changes nothing.
+    ended_by: uuid.UUID | None = None
     #: Changes to stored steps of a stored trace (step id -> changes, as ``update_step``
     #: takes them), applied after the steps are added.
     updates: Mapping[uuid.UUID, dict[str, Any]] = field(default_factory=dict)
@@ -455,6 +462,12 @@ class _Write:
                 f"Parent step {item.parent_id} belongs to another trace.",
                 details={"index": index, "parent_id": str(item.parent_id)},
             )
+        if parent.depth >= MAX_STEP_DEPTH:
+            raise InvalidParent(
+                f"Parent step {item.parent_id} is {parent.depth} levels deep: a step may be "
+                f"at most {MAX_STEP_DEPTH} levels below the top.",
+                details={"index": index, "parent_id": str(item.parent_id)},
+            )
         return parent
 
     def _new_step(self, item: StepCreate, index: int, parent: Step | None) -> Step:
@@ -464,7 +477,6 @@ class _Write:
             raise InvalidStep(f"Unknown status {item.status!r}.", details={"index": index})
         trace = self.trace
         trace.last_seq += 1
-        preview, size = data_summary(item.data)
         started_at = item.started_at or timezone.now()
         step = Step(
             id=item.id,
@@ -479,8 +491,6 @@ class _Write:
             name=item.name,
             description=item.description,
             data=item.data,
-            data_preview=preview,
-            data_bytes=size,
             error=item.error,
             started_at=started_at,
             finished_at=item.finished_at,
@@ -489,6 +499,7 @@ class _Write:
             cost=item.cost,
         )
         make_storable(step)
+        step.data_preview, step.data_bytes = data_summary(step.data)
         step.tool_facts = _tool_facts(step)
         error = 1 if step.is_error else 0
         step.subtree_error_count = error
@@ -516,7 +527,8 @@ class _Write:
         the paths of the subtree's steps (in memory for new ones and moved stored top steps,
         by ``_save_moves`` for the stored steps under those) and takes one step off the
         trace's top level. A step that would become its own ancestor (span ids that form a
-        loop) stays where it is, still waiting."""
+        loop), or whose parent is ``MAX_STEP_DEPTH`` levels deep, stays where it is, still
+        waiting."""
         orphans = [s for s in stored if s.pending_parent_id in self.new_steps]
         orphans += [s for s in self.new_steps.values() if s.pending_parent_id in self.new_steps]
         parents = {o.id: self.new_steps[o.pending_parent_id] for o in orphans}  # type: ignore[index]
@@ -531,6 +543,8 @@ class _Write:
             parent = parents[orphan.id]
             if (parent.path[0] if parent.path else parent.seq) == orphan.seq:
                 continue
+            if parent.depth >= MAX_STEP_DEPTH:
+                continue  # it would be deeper than a step may be added: it stays, waiting
             is_stored = orphan.id not in self.new_steps
             moving = _Delta(
                 steps=orphan.subtree_steps,
@@ -629,10 +643,10 @@ class _Write:
         if "duration_ms" not in changes and step.duration_ms is None:
             step.duration_ms = _duration(step.started_at, step.finished_at, None)
         updated = set(changes) | {"finished_at", "duration_ms"}
+        make_storable(step)
         if "data" in changes:
             step.data_preview, step.data_bytes = data_summary(step.data)
             updated |= {"data_preview", "data_bytes", "tool_facts"}
-        make_storable(step)
         step.tool_facts = _tool_facts(step)
         delta = _Delta(
             errors=(1 if step.is_error else 0) - was_error,
@@ -918,8 +932,12 @@ def _write_to(
     batch = write.add(item.steps, found)
     for step_id, changes in item.updates.items():
         write.update(step_id, changes)
+    resent = item.ended_by is not None and item.ended_by not in write.new_steps
     write.end_or_rename(
-        item.complete, item.total_duration_ms, task=item.task, agent_type=item.agent_type
+        None if resent else item.complete,
+        item.total_duration_ms,
+        task=item.task,
+        agent_type=item.agent_type,
     )
     _check_total_cost(stored)
     return write, batch

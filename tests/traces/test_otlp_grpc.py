@@ -113,6 +113,28 @@ def test_bad_spans_are_partial_success_and_a_whole_bad_call_is_invalid(receiver,
     assert "names no span" in failed.details()
 
 
+@pytest.mark.parametrize(
+    ("method", "body"),
+    [
+        ("opentelemetry.proto.collector.trace.v1.TraceService", b"\xff\xff\xff\xff"),
+        # A span named with bytes that are not UTF-8.
+        ("opentelemetry.proto.collector.trace.v1.TraceService", b"\x0a\x05\x12\x03\x12\x01\xff"),
+        ("opentelemetry.proto.collector.logs.v1.LogsService", b"\x0a\x03\x12\x01"),
+    ],
+)
+def test_a_message_that_does_not_decode_is_invalid_with_why(receiver, user, method, body):
+    """Decoded by DevAssist as ``POST /v1/traces`` decodes it, not by gRPC: the reason
+    reaches the sender (gRPC's own decoding fails a call as ``INTERNAL``, without it)."""
+    metadata = [("authorization", f"Bearer {token_of(user)}")]
+    with grpc.insecure_channel(receiver.removeprefix("http://")) as channel:
+        export = channel.unary_unary(f"/{method}/Export")
+        with pytest.raises(grpc.RpcError) as failed:
+            export(body, metadata=metadata, timeout=30)
+    assert failed.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "Malformed protobuf body" in failed.value.details()
+    assert not Trace.objects.exists()
+
+
 def test_what_the_database_refuses_is_invalid_not_unavailable(receiver, user, monkeypatch):
     spans = without_the_storable_check(monkeypatch)
     failed = call(receiver, TraceServiceStub, export_request(spans), token_of(user))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import uuid
 from collections.abc import Callable
 from decimal import Decimal
@@ -42,6 +43,8 @@ from traces.otlp import span_step_id
 from traces.selectors import trace_tree
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+GZIP = {"Content-Encoding": "gzip"}
 
 
 async def token_for(user: Any) -> str:
@@ -957,6 +960,19 @@ def _huge_value(span: Any) -> None:
     attribute.value.string_value = "x" * 2_000_000
 
 
+def _huge_name(span: Any) -> None:
+    span.name = "n" * 2_000_000
+
+
+def _huge_status_message(span: Any) -> None:
+    span.status.code = 2
+    span.status.message = "e" * 2_000_000
+
+
+def _huge_event_name(span: Any) -> None:
+    span.events.add(name="v" * 2_000_000, time_unix_nano=span.start_time_unix_nano)
+
+
 @pytest.mark.parametrize(
     ("damage", "words"),
     [
@@ -967,6 +983,9 @@ def _huge_value(span: Any) -> None:
         (_no_start, "no start time"),
         (_many_attributes, "100000 attributes"),
         (_huge_value, "2000000 characters"),
+        (_huge_name, "a name of 2000000 characters"),
+        (_huge_status_message, "a status message of 2000000 characters"),
+        (_huge_event_name, "an event name of 2000000 characters"),
     ],
 )
 async def test_a_bad_span_is_rejected_and_the_others_are_stored(user, damage, words):
@@ -976,6 +995,7 @@ async def test_a_bad_span_is_rejected_and_the_others_are_stored(user, damage, wo
     rejected, message = partial_success(response)
     assert rejected == 1
     assert words in message
+    assert len(message) < 400  # the span's name is cut in it
     _, steps, _ = await stored(trace_of(spans))
     assert sorted(steps) == ["s0", "s1"]
 
@@ -1086,6 +1106,91 @@ async def test_half_a_surrogate_pair_in_json_keeps_its_span(user):
     _, steps, _ = await stored(trace_of(spans))
     assert sorted(steps) == ["s0 \ufffd", "s1", "s2"]
     assert steps["s0 \ufffd"].data["attributes"] == {"note": "ab\ufffd"}
+
+
+async def test_a_lone_surrogate_in_a_json_field_name_is_an_unknown_field(user):
+    spans = sdk_spans(siblings)
+    document = json.loads(json_body(spans))
+    document["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["\ud800"] = 1
+    document["\udfff"] = {}
+    response = await post_otlp(
+        json.dumps(document).encode(), token=await token_for(user), content_type=JSON
+    )
+    assert response.status_code == HTTPStatus.OK, response.content
+    _, steps, _ = await stored(trace_of(spans))
+    assert sorted(steps) == ["s0", "s1", "s2"]
+
+
+async def test_json_text_nested_past_what_a_step_holds_stays_text(user):
+    """JSON text attributes that DevAssist parses (an input whose mime type says JSON, a
+    tool's arguments) nested 1,000 levels deep are kept as the text they came as; 50 levels
+    deep they are parsed."""
+    deep, fifty = "[" * 1000 + "]" * 1000, "[" * 50 + "]" * 50
+
+    def tools(tracer: otel_trace.Tracer) -> None:
+        with tracer.start_as_current_span("agent"):
+            for name, text in (("deep", deep), ("fifty", fifty)):
+                attributes = {
+                    "openinference.span.kind": "TOOL",
+                    "input.value": text,
+                    "input.mime_type": "application/json",
+                    "gen_ai.tool.call.arguments": text,
+                }
+                tracer.start_span(name, attributes=attributes).end()
+
+    spans = sdk_spans(tools)
+    response = await post_otlp(protobuf_body(spans), token=await token_for(user))
+    assert response.status_code == HTTPStatus.OK, response.content
+    _, steps, _ = await stored(trace_of(spans))
+    assert (steps["deep"].data["arguments"], steps["deep"].data["input"]) == (deep, deep)
+    parsed = json.loads(fifty)
+    assert (steps["fifty"].data["arguments"], steps["fifty"].data["input"]) == (parsed, parsed)
+
+
+async def test_a_flattened_key_of_too_many_parts_stays_an_attribute(user):
+    key = "gen_ai.prompt.0." + "x." * 600 + "content"
+    spans = sdk_spans(lambda tracer: tracer.start_span("chat", attributes={key: "hi"}).end())
+    response = await post_otlp(protobuf_body(spans), token=await token_for(user))
+    assert response.status_code == HTTPStatus.OK, response.content
+    _, steps, _ = await stored(trace_of(spans))
+    assert steps["chat"].data["attributes"][key] == "hi"
+
+
+async def test_a_gzip_body_of_several_members_is_read_whole(user):
+    """As ``cat a.gz b.gz`` makes it: every member is read (two halves of one request's
+    protobuf); bytes after the last member that are not one are refused."""
+    spans = sdk_spans(siblings)
+    body = protobuf_body(spans)
+    half = len(body) // 2
+    members = gzipped(body[:half]) + gzipped(body[half:])
+    token = await token_for(user)
+
+    garbage = await post_otlp(members + b"garbage", token=token, headers=GZIP)
+    assert garbage.status_code == HTTPStatus.BAD_REQUEST
+    assert "Malformed gzip body" in rpc_status(garbage)[1]
+    assert await nothing_stored()
+
+    response = await post_otlp(members, token=token, headers=GZIP)
+    assert response.status_code == HTTPStatus.OK, response.content
+    _, steps, _ = await stored(trace_of(spans))
+    assert sorted(steps) == ["s0", "s1", "s2"]
+
+
+async def test_a_root_stored_running_then_sent_ended_ends_nothing(user):
+    """A re-sent span changes nothing, the root's too: sent first without an end (a running
+    step), then ended, its trace stays running with it rather than end over a running root."""
+    spans = sdk_spans(genai_agent)
+    request = export_request(spans)
+    root = next(s for s in request.resource_spans[0].scope_spans[0].spans if not s.parent_span_id)
+    ended = request.SerializeToString()
+    root.end_time_unix_nano = 0
+    token = await token_for(user)
+    assert (await post_otlp(request.SerializeToString(), token=token)).status_code == 200
+    assert (await post_otlp(ended, token=token)).status_code == 200
+    trace, steps, _ = await stored(trace_of(spans))
+    assert trace.status == TraceStatus.RUNNING
+    assert steps[root.name].status == StepStatus.RUNNING
+    assert trace.total_steps == 3
 
 
 async def test_another_users_trace_is_refused_and_left_untouched(user, other_user):
@@ -1321,3 +1426,40 @@ async def test_metrics_are_refused_with_how_to_stop_sending_them(user, encoding)
     code, message = rpc_status(response)
     assert code == 12  # UNIMPLEMENTED
     assert "OTEL_METRICS_EXPORTER=none" in message
+
+
+async def test_a_chain_of_spans_deeper_than_a_step_may_be_is_refused(user):
+    """10,000 spans each the parent of the next, in one small request, took 105 s and 162 MB
+    of paths to store: spans nested past ``MAX_STEP_DEPTH`` refuse their trace's write."""
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceRequest,
+    )
+
+    from traces.store import MAX_STEP_DEPTH
+
+    request = ExportTraceServiceRequest()
+    spans = request.resource_spans.add().scope_spans.add().spans
+    trace_id, now = uuid.uuid4().bytes, 1_700_000_000 * 10**9
+    ids = [(index + 1).to_bytes(8, "big") for index in range(MAX_STEP_DEPTH + 2)]
+    for index, span_id in enumerate(ids):
+        span = spans.add(trace_id=trace_id, span_id=span_id, name=f"level {index}")
+        span.start_time_unix_nano, span.end_time_unix_nano = now, now + 1000
+        if index:
+            span.parent_span_id = ids[index - 1]
+    response = await post_otlp(request.SerializeToString(), token=await token_for(user))
+    assert response.status_code == HTTPStatus.BAD_REQUEST
+    assert f"at most {MAX_STEP_DEPTH} levels below the top" in rpc_status(response)[1]
+    assert await nothing_stored()
+
+
+async def test_the_timeline_of_spans_sent_children_first_is_in_the_tree_s_order(user):
+    spans = sdk_spans(genai_agent)
+    token = await token_for(user)
+    for batch in (spans[:-1], spans[-1:]):  # the root ends, and is sent, last
+        assert (await post_otlp(protobuf_body(batch), token=token)).status_code == 200
+    browser = AsyncClient()
+    await browser.aforce_login(user)
+    page = await browser.get(f"/traces/{trace_of(spans)}/timeline/")
+    assert page.status_code == HTTPStatus.OK
+    labels = re.findall(r'class="wf-label"[^>]*>([^<]*)<', page.content.decode())
+    assert [label.split()[-1] for label in labels] == ["weather", "gpt-4o", "get_weather"]

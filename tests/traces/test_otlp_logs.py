@@ -281,6 +281,38 @@ async def test_a_waiting_record_with_what_json_columns_cannot_hold_is_kept(user)
     assert await waiting_rows() == 0
 
 
+@pytest.mark.parametrize("span_first", [True, False])
+async def test_messages_nested_past_what_a_step_holds_stay_text(user, span_first):
+    """A record's messages as JSON text nested 1,000 levels deep (past what Python's JSON
+    encoder and a step's data can nest), before or after its span: the text is kept as the
+    input, and the span, sent twice, is stored once."""
+    deep = "[" * 1000 + "]" * 1000
+
+    def deep_chat(tracer: otel_trace.Tracer, logger: Logger) -> None:
+        with tracer.start_as_current_span("chat", attributes={"gen_ai.operation.name": "chat"}):
+            logger.emit(
+                event_name="gen_ai.client.inference.operation.details",
+                attributes={"gen_ai.input.messages": deep},
+            )
+
+    spans, records = sdk_spans_and_logs(deep_chat)
+    token = await token_for(user)
+    requests = [(protobuf_body(spans), "/v1/traces"), (logs_body(records), "/v1/logs")]
+    requests += [(protobuf_body(spans), "/v1/traces")]
+    for body, path in requests if span_first else requests[1:]:
+        response = await post_otlp(body, token=token, path=path)
+        assert response.status_code == HTTPStatus.OK, response.text
+        assert partial_success(response, logs=path == "/v1/logs") == (0, "")
+    step = await Step.objects.aget(pk=step_of(spans[0]))
+    assert step.data["input"] == [deep]
+    assert await waiting_rows() == 0
+    browser = AsyncClient()
+    await browser.aforce_login(user)
+    tree = await browser.get(f"/api/traces/{step.trace_id}/tree")
+    assert tree.status_code == HTTPStatus.OK
+    assert "[[[[" in tree.json()["root_steps"][0]["data_preview"]
+
+
 # --- the merge ----------------------------------------------------------------------------------
 
 

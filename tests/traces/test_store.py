@@ -624,3 +624,28 @@ def test_a_resent_step_under_a_known_parent_is_still_given_back_as_stored(user):
     assert Step.objects.filter(trace=trace).count() == 3
     trace.refresh_from_db()
     assert trace.total_steps == 3
+
+
+def test_a_step_is_added_at_most_max_step_depth_levels_down(user):
+    """Paths grow with the square of the depth: a step deeper than ``MAX_STEP_DEPTH`` is
+    refused, and a waiting step whose parent arrives that deep stays waiting."""
+    from traces.store import MAX_STEP_DEPTH
+
+    trace = make_trace(user)
+    chain = [step("thought")]
+    for _ in range(MAX_STEP_DEPTH - 1):
+        chain.append(step("thought", parent=chain[-1]))
+    add(trace, *chain)
+    waiting = step("action", parent=uuid.uuid4(), out_of_order=True)
+    add(trace, waiting)
+    # Its parent comes at the deepest level a step may have: the waiting one stays waiting.
+    deepest = step("thought", id=waiting.parent_id, parent=chain[-1], out_of_order=True)
+    add(trace, deepest)
+    assert Step.objects.get(pk=deepest.id).depth == MAX_STEP_DEPTH
+    stored = Step.objects.get(pk=waiting.id)
+    assert (stored.parent_id, stored.pending_parent_id, stored.depth) == (None, deepest.id, 0)
+
+    with pytest.raises(InvalidParent, match=f"at most {MAX_STEP_DEPTH} levels below the top"):
+        add(trace, step("thought", parent=deepest))
+    trace.refresh_from_db()
+    assert trace.total_steps == MAX_STEP_DEPTH + 2
