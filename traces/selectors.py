@@ -36,7 +36,7 @@ from django.utils.dateparse import parse_datetime
 from django.utils.translation import gettext
 
 from devassist import cursors
-from devassist.responses import json_bytes
+from devassist.responses import json_bytes, tree_json_bytes
 from traces.access import can_view
 from traces.artifacts import artifacts_of
 from traces.exceptions import (
@@ -610,7 +610,7 @@ def trace_tree_json(
     kept."""
 
     def build() -> bytes:
-        return json_bytes(
+        return tree_json_bytes(
             trace_tree(trace=trace, max_depth=max_depth, full=full, max_steps=max_steps)
         )
 
@@ -1130,9 +1130,17 @@ def layout_timeline(steps: list[dict[str, Any]], *, compress: bool) -> Timeline:
 
 def timeline(*, trace: Trace, compress: bool) -> Timeline:
     """The waterfall of the trace's steps down to ``TIMELINE_DEPTH``, the first
-    ``TIMELINE_BARS`` in seq order (one query)."""
+    ``TIMELINE_BARS`` in the tree's order: each step after its parent, siblings in seq order.
+    A run records its steps parents first, so that is seq order (one query); OTLP spans come
+    children first, so an OTLP trace's are put in that order by their paths (two)."""
     steps = Step.objects.for_trace(trace).filter(depth__lte=TIMELINE_DEPTH).in_order()
-    rows = [step_from_values(r) for r in step_values(steps)[: TIMELINE_BARS + 1]]
+    if trace.is_otlp:
+        place = {seq: (*path, seq) for seq, path in steps.values_list("seq", "path")}
+        first = sorted(place, key=place.__getitem__)[: TIMELINE_BARS + 1]
+        chosen = [step_from_values(r) for r in step_values(steps.filter(seq__in=first))]
+        rows = sorted(chosen, key=lambda row: place[row["seq"]])
+    else:
+        rows = [step_from_values(r) for r in step_values(steps)[: TIMELINE_BARS + 1]]
     laid = layout_timeline(rows[:TIMELINE_BARS], compress=compress)
     return Timeline(
         bars=laid.bars,

@@ -349,7 +349,8 @@
         // are in the page before the next flush: its rows then update theirs, not race them.
         const loading = templates.map((t) => place(t, arriving));
         htmx.process(tree());
-        return Promise.all([...loading, reloadStale()]);  // before the next flush places its rows
+        // Before the next flush places its rows.
+        return Promise.all([...loading, reloadStale()]).then(keepSelection);
       })
       // Not answered (the server restarting, say): asked again a little later.
       .catch(() => setTimeout(() => ids.forEach(queue), 1000));
@@ -367,6 +368,7 @@
       && !container.querySelector(":scope > li.more:not(.prev)");
     const twin = shown && Array.from(container.children).some((c) => c.id === li.id && c !== li);
     if (!shown || twin) {
+      if (li.classList.contains("selected")) lostSelection = li.dataset.id;
       li.remove();
       return false;
     }
@@ -374,6 +376,19 @@
     if (empty) empty.remove();
     container.appendChild(li);
     return true;
+  }
+
+  // The selected step, when its row went away as it moved (relocate): selected again where it
+  // now is once the flush has placed its rows (keepSelection).
+  let lostSelection = null;
+
+  function keepSelection() {
+    const id = lostSelection;
+    lostSelection = null;
+    if (!id || selected()) return null;
+    if (rowOf(id)) return select(rowOf(id), { push: false });
+    // Its new parent's children are not shown: the tree as a deep link to it shows it.
+    return loadTreeAt(id).then(() => select(rowOf(id), { push: false }));
   }
 
   // Whether a new step under parentId (none: the top level) could be placed: its list is shown

@@ -212,6 +212,10 @@ def test_steps_waiting_for_their_parent_are_listed_live(
     waiting.locator("details").wait_for(state="detached")
     page.locator("#trace-status").filter(has_text="completed").wait_for()
     assert page.locator("#tree > ul.tree > li.node").count() == 1
+    # The selected step stays selected where it moved, its detail shown.
+    page.locator(f"#tree > ul.tree > li.node li#s-{step_of(calculator)}.selected").wait_for()
+    assert page.locator("#tree li.node.selected").count() == 1
+    assert "calculator" in page.locator("#detail").inner_text()
 
 
 def test_a_quiet_trace_says_so_until_a_span_arrives(page, login, app_server) -> None:

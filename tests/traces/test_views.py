@@ -895,3 +895,31 @@ def test_the_timeline_fragment_lays_out_bars(signed_in: Client, user: User) -> N
     assert "Compress idle gaps" in real
     assert 'class="gap"' in compressed
     assert "Idle gaps compressed (1)" in compressed
+
+
+def test_a_step_hundreds_of_levels_deep_opens_in_the_tree(client: Client, user: User) -> None:
+    """A deep link to a step 300 levels down (OTLP spans can nest so: the template no longer
+    renders itself a level at a time, which failed 40 levels down) and the tree's JSON, deeper
+    than orjson nests, all of it nested as stored."""
+    trace = make_trace(user)
+    chain = [step("thought", name="level 0")]
+    for level in range(1, 300):
+        chain.append(step("thought", parent=chain[-1].id, name=f"level {level}"))
+    add(trace, *chain)
+    client.force_login(user)
+
+    page = client.get(f"/traces/{trace.id}/?step={chain[-1].id}")
+
+    assert page.status_code == HTTPStatus.OK
+    html = page.content.decode()
+    assert html.count('<li class="node') == 300
+    assert html.index(f'id="s-{chain[-2].id}"') < html.index(f'id="s-{chain[-1].id}"')
+    assert html.count('<ul class="children" role="group" data-loaded="1">') == 299
+
+    tree = client.get(f"/api/traces/{trace.id}/tree")
+    assert tree.status_code == HTTPStatus.OK
+    node = tree.json()["root_steps"][0]
+    for level in range(1, 300):
+        (node,) = node["children"]
+        assert node["name"] == f"level {level}"
+    assert node["children"] == []

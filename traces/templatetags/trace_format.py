@@ -9,9 +9,11 @@ from typing import Any
 
 from django import template
 from django.utils.formats import number_format
+from django.utils.html import format_html_join
+from django.utils.safestring import SafeString
 from django.utils.translation import pgettext_lazy
 
-from devassist.responses import json_bytes
+from devassist.responses import children_first, json_bytes
 from traces.outcomes import localized_reason, localized_summary, outcome_symbol
 from traces.projections import clip
 
@@ -136,3 +138,25 @@ def step_type_label(value: str) -> str:
 def mode_label(value: str) -> str:
     """A trace's or a run's stored mode in the reader's language."""
     return str(_MODES.get(value, value))
+
+
+@register.simple_tag(takes_context=True)
+def tree_nodes(context: template.Context, nodes: Any) -> SafeString:
+    """``nodes`` (tree nodes, or one) as ``traces/_node.html`` renders each, an open node's
+    children inside it (its ``children_html``). Rendered deepest first, each node once: a
+    template that includes itself for each level nests some two dozen Python calls a level,
+    and failed (``RecursionError``, a 500) on a deep link to a step 40 levels down, which
+    OTLP traces reach."""
+    tops = nodes if isinstance(nodes, list) else [nodes]
+    assert context.template is not None  # a tag renders within a template
+    node_template = context.template.engine.get_template("traces/_node.html")
+    rendered: dict[int, SafeString] = {}
+
+    def joined(items: list[dict[str, Any]]) -> SafeString:
+        # The rendered nodes are safe (autoescaped) strings: joined as they are.
+        return format_html_join("", "{}", ((rendered.pop(id(item)),) for item in items))
+
+    for node in children_first(tops):
+        with context.push(node=node, children_html=joined(node.get("children") or [])):
+            rendered[id(node)] = node_template.render(context)
+    return joined(tops)
