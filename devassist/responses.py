@@ -55,8 +55,11 @@ def tree_json_bytes(nodes: list[dict[str, Any]]) -> bytes:
     children put in it as encoded (an OTLP trace can nest spans hundreds of levels deep)."""
     try:
         return orjson.dumps(nodes, default=_json_default, option=orjson.OPT_UTC_Z)
-    except orjson.JSONEncodeError:
-        pass  # too deep, or an old row's value that only json_bytes encodes
+    except orjson.JSONEncodeError:  # too deep, or an old row's value only json_bytes encodes
+        return _tree_node_by_node(nodes)
+
+
+def _tree_node_by_node(nodes: list[dict[str, Any]]) -> bytes:
     encoded: dict[int, bytes] = {}
     for node in children_first(nodes):
         head = json_bytes({key: value for key, value in node.items() if key != "children"})
