@@ -1130,17 +1130,14 @@ def layout_timeline(steps: list[dict[str, Any]], *, compress: bool) -> Timeline:
 
 def timeline(*, trace: Trace, compress: bool) -> Timeline:
     """The waterfall of the trace's steps down to ``TIMELINE_DEPTH``, the first
-    ``TIMELINE_BARS`` in the tree's order: each step after its parent, siblings in seq order.
-    A run records its steps parents first, so that is seq order (one query); OTLP spans come
-    children first, so an OTLP trace's are put in that order by their paths (two)."""
-    steps = Step.objects.for_trace(trace).filter(depth__lte=TIMELINE_DEPTH).in_order()
-    if trace.is_otlp:
-        place = {seq: (*path, seq) for seq, path in steps.values_list("seq", "path")}
-        first = sorted(place, key=place.__getitem__)[: TIMELINE_BARS + 1]
-        chosen = [step_from_values(r) for r in step_values(steps.filter(seq__in=first))]
-        rows = sorted(chosen, key=lambda row: place[row["seq"]])
-    else:
-        rows = [step_from_values(r) for r in step_values(steps)[: TIMELINE_BARS + 1]]
+    ``TIMELINE_BARS`` in the tree's order: each step after its parent, siblings in seq order,
+    as the tree shows them (seq order alone is not that: OTLP spans come children first). Two
+    queries: the steps' places (their paths), then the rows of the first."""
+    steps = Step.objects.for_trace(trace).filter(depth__lte=TIMELINE_DEPTH)
+    place = {seq: (*path, seq) for seq, path in steps.values_list("seq", "path")}
+    first = sorted(place, key=place.__getitem__)[: TIMELINE_BARS + 1]
+    chosen = [step_from_values(r) for r in step_values(steps.filter(seq__in=first))]
+    rows = sorted(chosen, key=lambda row: place[row["seq"]])
     laid = layout_timeline(rows[:TIMELINE_BARS], compress=compress)
     return Timeline(
         bars=laid.bars,
