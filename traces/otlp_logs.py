@@ -22,6 +22,7 @@ stores what this module decodes.
 
 from __future__ import annotations
 
+import hashlib
 import time
 import uuid
 from collections.abc import Iterable, Mapping
@@ -178,7 +179,22 @@ def _record_event(record: LogRecord, *, limits: Limits, now_ns: int) -> dict[str
         event["body"] = value_of(record.body, limits)
     if record.severity_text:
         event["severity"] = record.severity_text
+    event["uid"] = _record_uid(record, attributes)
     return event
+
+
+def _record_uid(record: LogRecord, attributes: Mapping[str, Any]) -> str:
+    """What tells ``record`` apart from a re-send of it (``with_log_events``): a digest of its
+    ``log.record.uid`` attribute (the conventions' id of a record) when it has one, else of the
+    whole record. An exporter that retries a request the server had stored (its answer lost
+    to a proxy's timeout, a worker killed after the commit) sends the same bytes again, and
+    the same record decoded from OTLP/JSON is the same message."""
+    uid = attributes.get("log.record.uid")
+    if isinstance(uid, str) and uid:
+        identity = b"log.record.uid:" + uid.encode("utf-8", "surrogatepass")
+    else:
+        identity = record.SerializeToString(deterministic=True)
+    return hashlib.blake2b(identity, digest_size=16).hexdigest()
 
 
 # --- events into a step's data ------------------------------------------------------------------
@@ -193,15 +209,22 @@ def with_log_events(
     the records filled are listed in ``otel_span.from_logs``); when the span set that key
     itself, the content stays in the event.
 
-    A step keeps at most ``max_events`` events (``OTLP_MAX_EVENTS``, as for a span's own):
-    the records past them are not kept, and counted in ``otel_span.dropped.log_records`` (a
-    span that logs without end would otherwise grow its step with every request)."""
+    A record the step has already (its ``uid``: ``_record_uid``) is a re-send and is left out,
+    as a re-sent span is. A step keeps at most ``max_events`` events (``OTLP_MAX_EVENTS``, as
+    for a span's own): the records past them are not kept, and counted in
+    ``otel_span.dropped.log_records`` (a span that logs without end would otherwise grow its
+    step with every request)."""
     updated = dict(data)
     otel = dict(updated.get("otel_span") or {})
     from_logs = set(otel.get("from_logs", ()))
     kept = list(updated.get("events") or [])
+    seen = {event.get("uid") for event in kept if isinstance(event, dict)}
     dropped = 0
     for event in events:
+        uid = event.get("uid")
+        if uid is not None and uid in seen:
+            continue
+        seen.add(uid)
         if len(kept) >= max_events:
             dropped += 1
             continue

@@ -527,8 +527,8 @@ class _Write:
         the paths of the subtree's steps (in memory for new ones and moved stored top steps,
         by ``_save_moves`` for the stored steps under those) and takes one step off the
         trace's top level. A step that would become its own ancestor (span ids that form a
-        loop), or whose parent is ``MAX_STEP_DEPTH`` levels deep, stays where it is, still
-        waiting."""
+        loop) stays where it is and waits no more: its parent is stored, under it. One whose
+        parent is ``MAX_STEP_DEPTH`` levels deep stays where it is, still waiting."""
         orphans = [s for s in stored if s.pending_parent_id in self.new_steps]
         orphans += [s for s in self.new_steps.values() if s.pending_parent_id in self.new_steps]
         parents = {o.id: self.new_steps[o.pending_parent_id] for o in orphans}  # type: ignore[index]
@@ -542,6 +542,7 @@ class _Write:
         for orphan in sorted(orphans, key=lambda o: o.seq):
             parent = parents[orphan.id]
             if (parent.path[0] if parent.path else parent.seq) == orphan.seq:
+                self._stop_waiting(orphan)
                 continue
             if parent.depth >= MAX_STEP_DEPTH:
                 continue  # it would be deeper than a step may be added: it stays, waiting
@@ -584,6 +585,12 @@ class _Write:
                     )
                 )
         return events
+
+    def _stop_waiting(self, step: Step) -> None:
+        step.pending_parent_id = None
+        if step.id not in self.new_steps:
+            self.changed[step.id] = step
+            self._changed_fields.setdefault(step.id, set()).add("pending_parent_id")
 
     def _moved_path(self, step: Step) -> None:
         """Bring a stored step loaded before this write's moves to where they put it."""

@@ -181,6 +181,78 @@ async def test_log_records_sent_after_their_span_update_its_step(user, settings)
     assert not await TraceEvent.objects.filter(trace=trace, seq__gt=trace.last_seq).aexists()
 
 
+@pytest.mark.parametrize(
+    "sends",
+    [
+        ("spans", "records", "records"),
+        ("records", "records", "spans"),
+        ("records", "spans", "records as JSON"),
+    ],
+)
+async def test_log_records_sent_again_are_kept_once(user, sends):
+    """An exporter retries a request the server had stored when its answer was lost (a
+    proxy's timeout, a worker killed after the commit): the records it sends again are left
+    out, whether they waited for their span or joined its step, as a re-sent span is."""
+    spans, records = sdk_spans_and_logs(legacy_chat)
+    token = await token_for(user)
+    bodies = {
+        "spans": (protobuf_body(spans), PROTOBUF, "/v1/traces"),
+        "records": (logs_body(records), PROTOBUF, "/v1/logs"),
+        "records as JSON": (logs_json_body(records), JSON, "/v1/logs"),
+    }
+    for send in sends:
+        body, encoding, path = bodies[send]
+        response = await post_otlp(body, token=token, content_type=encoding, path=path)
+        assert response.status_code == HTTPStatus.OK, response.text
+    step = await chat_step(spans)
+    assert step.data["input"] == LEGACY_INPUT
+    assert step.data["output"] == LEGACY_OUTPUT
+    assert len(step.data["events"]) == 3
+    assert len({event["uid"] for event in step.data["events"]}) == 3
+    assert await waiting_rows() == 0
+
+
+def test_a_record_is_told_from_a_re_send_by_its_content_or_its_uid():
+    def user_says(text: str, uid: str) -> dict[str, Any]:
+        return {
+            "name": "gen_ai.user.message",
+            "time": "2026-12-05T10:00:00.000000Z",
+            "attributes": {},
+            "body": {"content": text},
+            "source": "log",
+            "uid": uid,
+        }
+
+    # Two records alike but for their bodies (a clock that ticks coarsely) are two messages.
+    merged = with_log_events({}, [user_says("one", "u1"), user_says("two", "u2")], max_events=9)
+    later = [user_says("two", "u2"), user_says("three", "u3")]
+    again = with_log_events(merged, later, max_events=9)
+    assert [m["content"] for m in again["input"]] == ["one", "two", "three"]
+    assert [e["uid"] for e in again["events"]] == ["u1", "u2", "u3"]
+
+
+async def test_records_with_one_log_record_uid_are_one_record(user):
+    """A record that carries the conventions' ``log.record.uid`` is that record, however its
+    re-send differs (an exporter that stamps the time it observed it at each attempt)."""
+
+    def logged_twice(tracer: otel_trace.Tracer, logger: Logger) -> None:
+        with tracer.start_as_current_span("tool"):
+            for _ in range(2):
+                logger.emit(body="cache miss", attributes={"log.record.uid": "01JEXAMPLE"})
+            logger.emit(body="cache miss", attributes={"log.record.uid": "01JOTHER"})
+
+    spans, records = sdk_spans_and_logs(logged_twice)
+    token = await token_for(user)
+    await post_otlp(protobuf_body(spans), token=token)
+    response = await post_otlp(logs_body(records), token=token, path="/v1/logs")
+    assert response.status_code == HTTPStatus.OK
+    step = await Step.objects.aget(pk=step_of(spans[0]))
+    assert [e["attributes"]["log.record.uid"] for e in step.data["events"]] == [
+        "01JEXAMPLE",
+        "01JOTHER",
+    ]
+
+
 async def test_log_records_of_a_running_trace_reach_its_watchers(user, layer):
     spans, records = sdk_spans_and_logs(legacy_chat)
     chat, _root = spans
