@@ -45,35 +45,104 @@ def split_message(message: dict[str, Any]) -> tuple[str, dict[str, Any]]:
 
 def last_user_text(value: Any) -> str:
     """The text of the last user message that has one in ``value``, a list of messages ("" for
-    anything else): what a model call was asked."""
-    if not is_conversation(value):
+    anything else): what a model call was asked. LangChain's own serialisations of messages
+    (``{"type": "human", "data": {"content": ...}}`` and its ``lc`` constructors), which
+    LangChain and LangGraph agents record as their input, count as messages too."""
+    if not isinstance(value, list):
         return ""
-    for message in reversed(value):
-        if message["role"] == "user" and (text := split_message(message)[0].strip()):
+    messages = [_as_message(item) for item in value]
+    if not messages or any(message is None for message in messages):
+        return ""
+    for message in reversed(messages):
+        if message and message["role"] == "user" and (text := split_message(message)[0].strip()):
             return text
     return ""
 
 
+#: LangChain's message types, by the role they are.
+_LANGCHAIN_ROLES = {
+    "human": "user",
+    "HumanMessage": "user",
+    "ai": "assistant",
+    "AIMessage": "assistant",
+    "system": "system",
+    "SystemMessage": "system",
+    "tool": "tool",
+    "ToolMessage": "tool",
+}
+
+
+def _as_message(item: Any) -> dict[str, Any] | None:
+    """``item`` as a message with a ``role``: itself when it has one, LangChain's
+    ``{"type", "data"}`` and ``{"lc", "id", "kwargs"}`` shapes as one; None for anything else."""
+    if not isinstance(item, dict):
+        return None
+    if isinstance(item.get("role"), str):
+        return item
+    kind, fields = item.get("type"), item.get("data")
+    if item.get("lc") is not None and isinstance(item.get("id"), list) and item["id"]:
+        kind, fields = item["id"][-1], item.get("kwargs")
+    role = _LANGCHAIN_ROLES.get(kind) if isinstance(kind, str) else None
+    if role is None:
+        return None
+    body = fields if isinstance(fields, dict) else item
+    return {"role": role, "content": body.get("content")}
+
+
+#: The keys under which agents' structured inputs hold what they were asked (smolagents' and
+#: AutoGen's ``task``, DSPy's ``question``, Haystack's ``query``, the OpenAI Responses API's
+#: ``input``), looked for from the top down (``asked_in``).
+QUESTION_KEYS = ("task", "question", "query", "input", "prompt", "user_input")
+
+#: How far ``asked_in`` looks into a structured input: levels, and objects and lists in all.
+_SEARCH_DEPTH = 4
+_SEARCH_NODES = 200
+
+
 def asked_in(value: Any) -> str:
     """What ``value``, an agent's or a model call's recorded input, asks, in the shapes the
-    instrumentations record it; "" when it is none of them:
+    instrumentations record it; "" when it is none of them. The objects and lists of
+    ``value`` are looked at level by level from the top (at most ``_SEARCH_DEPTH`` levels and
+    ``_SEARCH_NODES`` of them), and the first that asks something gives it:
 
     - a list of messages: the last user message's text (``last_user_text``);
-    - an object with ``messages`` (a chat request, the Vercel AI SDK's prompt): the same of
-      them, else its ``prompt`` text (the AI SDK's);
+    - an object with ``messages`` (a chat request, the Vercel AI SDK's prompt, a LangGraph
+      state): the same of them;
+    - an object with a non-empty string under one of ``QUESTION_KEYS``: that string;
     - OpenLLMetry's ``{"args": [...], "kwargs": {...}}`` of a call with one argument, a
       string: that string."""
-    if isinstance(value, list):
-        return last_user_text(value)
-    if not isinstance(value, dict):
+    level = [value]
+    seen = 0
+    for _ in range(_SEARCH_DEPTH):
+        below: list[Any] = []
+        for node in level:
+            seen += 1
+            if seen > _SEARCH_NODES:
+                return ""
+            if text := _asks(node):
+                return text
+            if isinstance(node, dict):
+                below += [item for item in node.values() if isinstance(item, dict | list)]
+            elif isinstance(node, list):
+                below += [item for item in node if isinstance(item, dict | list)]
+        level = below
+    return ""
+
+
+def _asks(node: Any) -> str:
+    """What ``node`` itself asks (``asked_in``'s shapes), without looking below it."""
+    if isinstance(node, list):
+        return last_user_text(node)
+    if not isinstance(node, dict):
         return ""
-    if text := last_user_text(value.get("messages")):
+    if text := last_user_text(node.get("messages")):
         return text
-    prompt = value.get("prompt")
-    if isinstance(prompt, str) and prompt.strip():
-        return prompt.strip()
-    args, kwargs = value.get("args"), value.get("kwargs")
-    if set(value) == {"args", "kwargs"} and isinstance(args, list) and isinstance(kwargs, dict):
+    for key in QUESTION_KEYS:
+        given = node.get(key)
+        if isinstance(given, str) and given.strip():
+            return given.strip()
+    args, kwargs = node.get("args"), node.get("kwargs")
+    if set(node) == {"args", "kwargs"} and isinstance(args, list) and isinstance(kwargs, dict):
         given = [*args, *kwargs.values()]
         if len(given) == 1 and isinstance(given[0], str):
             return given[0].strip()

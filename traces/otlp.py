@@ -351,8 +351,10 @@ class TraceSpans:
     root_service: str | None = None
     #: The root span's step, when the batch holds it ended (``complete``).
     ended_by: uuid.UUID | None = None
-    #: The root span's step, when the batch holds it without an input (its task is then its
-    #: name, unless log records that waited for it give it one: ``traces.services``).
+    #: The root span's step, when the batch holds it without an input that asks anything (none,
+    #: or structured input ``asked_in`` finds no question in: a framework's own state): the
+    #: trace is then named after what log records that waited for it, or the trace's first
+    #: model call, were asked, else ``task`` (``traces.services``).
     unnamed_root: uuid.UUID | None = None
 
     @property
@@ -482,8 +484,9 @@ def _set_root(entry: TraceSpans, span: Span, step: StepCreate, service: str) -> 
         else TraceStatus.COMPLETED
     )
     entry.duration_ms = step.duration_ms
-    entry.task = task_of(step.data.get("input"), span.name)
-    if step.data.get("input") is None:
+    given = step.data.get("input")
+    entry.task = task_of(given, span.name)
+    if not asked_in(given) and not (isinstance(given, str) and given.strip()):
         entry.unnamed_root = step.id
 
 

@@ -296,41 +296,61 @@ def _refused(batch: Refusals, exc: DomainError, *, otel_trace_id: str, count: in
 def _stored_traces_tasks(traces: Sequence[TraceSpans]) -> dict[uuid.UUID, str | None]:
     """The tasks the spans of the stored ``traces`` give them: a root's input or name
     (``TraceSpans.task``; None when the root did not come), and for a root that came without
-    an input (a plain script's model call, an OpenAI Agents SDK workflow, a plain span around
-    an agent) the input that log records waiting for it give it, else what the trace's first
-    model call was asked. Two queries for them all, read before the traces' locks: a record
-    or a model call that commits in between leaves the trace named by what was there, nothing
-    worse."""
+    an input that asks anything (a plain script's model call, an OpenAI Agents SDK workflow, a
+    plain span around an agent, a framework's own state) the input that log records waiting
+    for it give it, else what the trace's first model call was asked (its input, or the one
+    its waiting records give it). Two queries for them all, read before the traces' locks: a
+    record or a model call that commits in between leaves the trace named by what was there,
+    nothing worse."""
     unnamed = [spans for spans in traces if spans.unnamed_root is not None]
-    tasks = _waiting_root_inputs(unnamed)
-    asked = _first_questions([spans for spans in unnamed if spans.trace_id not in tasks])
+    logged = _logged_inputs(unnamed)
+    tasks = {
+        spans.trace_id: task
+        for spans in unnamed
+        if spans.unnamed_root is not None
+        and (task := task_of(logged.get((spans.trace_id, spans.unnamed_root)), ""))
+    }
+    asked = _first_questions([spans for spans in unnamed if spans.trace_id not in tasks], logged)
     return {
         spans.trace_id: tasks.get(spans.trace_id) or asked.get(spans.trace_id) or spans.task
         for spans in traces
     }
 
 
-def _waiting_root_inputs(traces: Sequence[TraceSpans]) -> dict[uuid.UUID, str]:
-    """The tasks that the log records waiting for the unnamed roots of ``traces`` give them
-    (their input, as ``with_log_events`` reads it), by trace id: one query."""
-    if not traces:
+#: A step by its trace's id and its own.
+_StepKey = tuple[uuid.UUID, uuid.UUID]
+
+
+def _logged_inputs(traces: Sequence[TraceSpans]) -> dict[_StepKey, Any]:
+    """The inputs that the log records waiting for the unnamed roots and the model calls of
+    ``traces`` give them (as ``with_log_events`` reads them), by trace and step id: one query.
+    OpenTelemetry's own instrumentations send a model call's messages as records, emitted
+    while it runs, so they usually wait for its span."""
+    wanted = {
+        (spans.trace_id, step.id)
+        for spans in traces
+        for step in spans.steps
+        if step.id == spans.unnamed_root or step.step_type == StepType.THOUGHT
+    }
+    if not wanted:
         return {}
-    roots = {spans.trace_id: spans.unnamed_root for spans in traces if spans.unnamed_root}
     waiting = (
-        PendingLogEvents.objects.filter(trace_id__in=list(roots), step_id__in=list(roots.values()))
+        PendingLogEvents.objects.filter(
+            trace_id__in={trace_id for trace_id, _ in wanted},
+            step_id__in={step_id for _, step_id in wanted},
+        )
         .order_by("pk")
         .values_list("trace_id", "step_id", "events")
     )
-    events: dict[uuid.UUID, list[dict[str, Any]]] = defaultdict(list)
+    events: dict[_StepKey, list[dict[str, Any]]] = defaultdict(list)
     for trace_id, step_id, step_events in waiting:
-        if roots[trace_id] == step_id:
-            events[trace_id] += step_events
+        if (trace_id, step_id) in wanted:
+            events[trace_id, step_id] += step_events
     max_events = Limits.current().max_events
-    tasks = {
-        trace_id: task_of(with_log_events({}, found, max_events=max_events).get("input"), "")
-        for trace_id, found in events.items()
+    return {
+        key: with_log_events({}, found, max_events=max_events).get("input")
+        for key, found in events.items()
     }
-    return {trace_id: task for trace_id, task in tasks.items() if task}
 
 
 #: The stored model calls of a trace whose inputs ``_first_questions`` looks at.
@@ -340,11 +360,13 @@ QUESTION_CANDIDATES = 20
 _Call = tuple[datetime | None, Any, Any]
 
 
-def _first_questions(traces: Sequence[TraceSpans]) -> dict[uuid.UUID, str]:
+def _first_questions(
+    traces: Sequence[TraceSpans], logged: Mapping[_StepKey, Any]
+) -> dict[uuid.UUID, str]:
     """What the first model call of each of the stored ``traces`` was asked (the last user
-    message of the earliest call whose input is a conversation, among the trace's spans here
-    and the first ``QUESTION_CANDIDATES`` stored), by trace id, for those where one was: one
-    query."""
+    message of the earliest call whose input is a conversation, among the trace's spans here,
+    with the inputs ``logged`` gives them, and the first ``QUESTION_CANDIDATES`` stored), by
+    trace id, for those where one was: one query."""
     if not traces:
         return {}
     stored: dict[uuid.UUID, list[_Call]] = defaultdict(list)
@@ -360,17 +382,27 @@ def _first_questions(traces: Sequence[TraceSpans]) -> dict[uuid.UUID, str]:
     )
     for trace_id, *call in rows:
         stored[trace_id].append(tuple(call))
-    found = {spans.trace_id: _first_question(spans, stored[spans.trace_id]) for spans in traces}
+    found = {
+        spans.trace_id: _first_question(spans, stored[spans.trace_id], logged) for spans in traces
+    }
     return {trace_id: task for trace_id, task in found.items() if task}
 
 
-def _first_question(spans: TraceSpans, stored: Sequence[_Call] = ()) -> str | None:
-    """What the first model call of ``spans``'s trace was asked, among its spans here and the
-    ``stored`` calls; None when none was asked anything, or the root came with an input."""
+def _first_question(
+    spans: TraceSpans, stored: Sequence[_Call] = (), logged: Mapping[_StepKey, Any] | None = None
+) -> str | None:
+    """What the first model call of ``spans``'s trace was asked, among its spans here (with
+    the inputs ``logged`` gives them) and the ``stored`` calls; None when none was asked
+    anything, or the root came with an input that asks something."""
     if spans.unnamed_root is None:
         return None
+    logged = logged or {}
     calls = [
-        (step.started_at, step.data.get("input"), step.data.get("input_messages"))
+        (
+            step.started_at,
+            step.data.get("input", logged.get((spans.trace_id, step.id))),
+            step.data.get("input_messages"),
+        )
         for step in spans.steps
         if step.step_type == StepType.THOUGHT and isinstance(step.data, dict)
     ]

@@ -36,7 +36,38 @@ AI_SDK_BLOCKS = [{"role": "user", "content": [{"type": "text", "text": "Weather 
         ({"system": "Be brief.", "prompt": "Weather in Paris?"}, "Weather in Paris?"),
         ({"args": ["Weather in Paris?"], "kwargs": {}}, "Weather in Paris?"),
         ({"args": [], "kwargs": {"question": "Weather in Paris?"}}, "Weather in Paris?"),
+        # Agent frameworks' own structures, the question a level or more down.
+        (
+            {
+                "messages": [
+                    {"type": "system", "data": {"content": "Be brief."}},
+                    {"type": "human", "data": {"content": "Weather in Paris?"}},
+                ]
+            },
+            "Weather in Paris?",
+        ),
+        (
+            [
+                {
+                    "lc": 1,
+                    "type": "constructor",
+                    "id": ["langchain", "HumanMessage"],
+                    "kwargs": {"content": "Weather in Paris?"},
+                }
+            ],
+            "Weather in Paris?",
+        ),
+        ({"task": "Weather in Paris?", "cancellation_token": None}, "Weather in Paris?"),
+        ({"input_args": {"question": "Weather in Paris?"}}, "Weather in Paris?"),
+        ({"data": {"retriever": {"query": "Weather in Paris?"}}}, "Weather in Paris?"),
+        ({"input": "Weather in Paris?", "model": "gpt-4o"}, "Weather in Paris?"),
+        # The nearest the top wins.
+        ({"query": "first", "data": {"task": "second"}}, "first"),
+        ({"a": {"question": "deeper"}, "b": [{"question": "deeper still"}]}, "deeper"),
         # Nothing that asks anything.
+        ({"a": {"b": {"c": {"d": {"question": "past the levels looked at"}}}}}, ""),
+        ([{"role": "system"}, {"role": "user"}], ""),
+        ([{"type": "human", "data": {"content": "Hi"}}, {"type": "unknown"}], ""),
         ({"args": ["a", "b"], "kwargs": {}}, ""),
         ({"args": [3], "kwargs": {}}, ""),
         ({"args": ["x"], "kwargs": {}, "other": 1}, ""),

@@ -710,6 +710,73 @@ async def test_a_root_without_input_is_named_after_the_first_question(user):
     assert (await Trace.objects.aget(pk=trace_of(quiet))).task == "nightly job"
 
 
+def framework_agent(root_input: Any) -> Callable[[otel_trace.Tracer], None]:
+    """An agent framework's run: a root span whose input is the framework's own structure
+    (``root_input``, JSON), over a model call asked a question."""
+
+    def run(tracer: otel_trace.Tracer) -> None:
+        with (
+            tracer.start_as_current_span(
+                "Workflow.run",
+                attributes={
+                    "openinference.span.kind": "CHAIN",
+                    "input.value": json.dumps(root_input),
+                    "input.mime_type": "application/json",
+                },
+            ),
+            tracer.start_as_current_span(
+                "ChatCompletion",
+                attributes={
+                    "openinference.span.kind": "LLM",
+                    "llm.input_messages.0.message.role": "user",
+                    "llm.input_messages.0.message.content": "What does the model say?",
+                },
+            ),
+        ):
+            pass
+
+    return run
+
+
+@pytest.mark.parametrize(
+    ("root_input", "task"),
+    [
+        # LangGraph's state: LangChain's own serialisation of the messages.
+        (
+            {
+                "messages": [
+                    {"type": "human", "data": {"content": "Weather in Paris?", "id": None}}
+                ],
+                "notes": "",
+            },
+            "Weather in Paris?",
+        ),
+        # smolagents' and AutoGen's run arguments.
+        ({"task": "Weather in Paris?", "stream": False, "reset": True}, "Weather in Paris?"),
+        # DSPy's and Haystack's, a level or two down.
+        ({"input_args": {"question": "Weather in Paris?"}}, "Weather in Paris?"),
+        (
+            {"data": {"retriever": {"query": "Weather in Paris?"}, "prompt": {"x": 1}}},
+            "Weather in Paris?",
+        ),
+        # A workflow's configuration asks nothing: the first model call's question.
+        (
+            {"init_state": {"is_running": False, "config": {"steps": {}}}},
+            "What does the model say?",
+        ),
+        # Messages without their content (an instrumentation that does not capture it).
+        ([{"role": "system"}, {"role": "user"}], "What does the model say?"),
+    ],
+)
+async def test_a_framework_s_structured_input_names_its_trace_by_what_it_asks(
+    user, root_input, task
+):
+    spans = sdk_spans(framework_agent(root_input))
+    token = await token_for(user)
+    assert (await post_otlp(protobuf_body(spans), token=token)).status_code == 200
+    assert (await Trace.objects.aget(pk=trace_of(spans))).task == task
+
+
 async def test_a_trace_whose_root_never_came_is_ended_by_its_owner(user):
     """An agent stopped before it ended its root span leaves its trace running; its owner
     ends it through the API, and spans that still come are stored as late ones."""

@@ -145,6 +145,9 @@ async def test_log_records_sent_before_their_span_join_its_step(user, encoding):
     assert await waiting_rows() == 0
     trace = await Trace.objects.aget(pk=trace.pk)
     assert (trace.status, trace.total_steps, trace.total_tokens) == (TraceStatus.COMPLETED, 2, 9)
+    # The root has no input: the trace is named after what its model call was asked, in the
+    # records that waited for the call.
+    assert trace.task == "Weather in Paris?"
 
 
 async def test_log_records_sent_after_their_span_update_its_step(user, settings):
