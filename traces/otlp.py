@@ -612,8 +612,8 @@ def _span_step(
         started_at=time_of(start),
         finished_at=time_of(end) if end else None,
         duration_ms=max(0, (end - start) // 1_000_000) if end else None,
-        tokens=tokens_of(attributes),
-        cost=cost_of(attributes),
+        tokens=0 if restates_usage(attributes) else tokens_of(attributes),
+        cost=Decimal(0) if restates_usage(attributes) else cost_of(attributes),
         out_of_order=True,
     )
     return step, start
@@ -735,7 +735,7 @@ AI_SDK_OPERATIONS: dict[str, str] = {
     "ai.embedMany.doEmbed": StepType.MEMORY_READ,
 }
 #: The Vercel AI SDK's function calls: their usage restates that of the model calls under
-#: them, so they count no tokens of their own (their ``data.usage`` still shows it).
+#: them (``restates_usage``).
 _AI_SDK_CALLS = frozenset(
     {
         "ai.generateText",
@@ -813,16 +813,31 @@ def _count(attributes: Mapping[str, Any], keys: Iterable[str]) -> int | None:
     return None
 
 
+#: OpenInference's kinds of spans that group work (an agent's run, a chain of steps): token
+#: counts on them sum up the model calls under them (smolagents puts its run's totals on its
+#: AGENT span), which count them already.
+_GROUPING_KINDS = frozenset({"AGENT", "CHAIN"})
+
+
+def restates_usage(attributes: Mapping[str, Any]) -> bool:
+    """Whether the span's usage (tokens and cost) restates that of the model calls under it,
+    so that its step counts none of its own (its ``data.usage`` still shows it) and the
+    trace's totals count each token once: a Vercel AI SDK function call (``_AI_SDK_CALLS``),
+    an OpenInference span of a grouping kind (``_GROUPING_KINDS``)."""
+    operation = attributes.get("ai.operationId")
+    kind = attributes.get("openinference.span.kind")
+    return (isinstance(operation, str) and operation in _AI_SDK_CALLS) or (
+        isinstance(kind, str) and kind.upper() in _GROUPING_KINDS
+    )
+
+
 def tokens_of(attributes: Mapping[str, Any]) -> int:
     """The span's tokens: its total (``llm.token_count.total``, ``llm.usage.total_tokens``,
     ``gen_ai.usage.total_tokens``, ``ai.usage.totalTokens`` or ``ai.usage.tokens``), else
     input plus output (``gen_ai.usage.input_tokens`` / ``output_tokens``, their older
     ``prompt_tokens`` / ``completion_tokens``, ``llm.token_count.prompt`` / ``completion``,
     ``ai.usage.inputTokens`` / ``outputTokens`` or ``promptTokens`` / ``completionTokens``);
-    0 when it names none, and for a Vercel AI SDK function call (``_AI_SDK_CALLS``)."""
-    operation = attributes.get("ai.operationId")
-    if isinstance(operation, str) and operation in _AI_SDK_CALLS:
-        return 0
+    0 when it names none."""
     total = _count(attributes, _TOTAL_TOKENS)
     if total is not None:
         return total

@@ -61,6 +61,10 @@ def openinference_agent(tracer: otel_trace.Tracer) -> None:
             "openinference.span.kind": "AGENT",
             "input.value": "What is 2+2?",
             "output.value": "4",
+            # The run's totals, as smolagents records them: its model calls' usage again.
+            "llm.token_count.prompt": 10,
+            "llm.token_count.completion": 5,
+            "llm.token_count.total": 15,
         },
     ):
         with tracer.start_as_current_span(
@@ -310,6 +314,9 @@ async def test_an_openinference_trace_becomes_a_tree_of_steps(user, encoding):
     (root,) = tree
     assert root["name"] == "agent"
     assert root["step_type"] == StepType.GOAL
+    # The agent's usage restates its model call's: each token counted once, on the call.
+    assert steps["agent"].tokens == 0
+    assert steps["agent"].data["usage"]["total_tokens"] == 15
     assert [c["name"] for c in root["children"]] == ["ChatCompletion", "calculator", "retrieve"]
     assert [c["step_type"] for c in root["children"]] == ["thought", "action", "memory_read"]
     assert root["subtree_error_count"] == 1
