@@ -1051,6 +1051,19 @@ def _nests_within(value: Any, levels: int) -> bool:
     return True
 
 
+def _event_content(events: list[dict[str, Any]], name: str, key: str) -> Any:
+    """The content of the first event ``name`` (``gen_ai.content.prompt`` or
+    ``.completion``, the GenAI conventions before 1.28) that has it under ``key``, JSON text
+    parsed, taken out of the event (it is stored once: the event keeps its name and time);
+    None when no event has it."""
+    for event in events:
+        attributes = event.get("attributes") or {}
+        if event.get("name") == name and attributes.get(key) is not None:
+            value = attributes.pop(key)
+            return json_text_value(value) if isinstance(value, str) else value
+    return None
+
+
 def _step_data(
     span: Span,
     attributes: dict[str, Any],
@@ -1074,6 +1087,11 @@ def _step_data(
         inputs = lists.pop("input_messages", None)
     if outputs is None:
         outputs = lists.pop("output_messages", None)
+    # Else the earlier GenAI conventions' content events (DevAssist's own export sends them).
+    if inputs is None:
+        inputs = _event_content(events, "gen_ai.content.prompt", "gen_ai.prompt")
+    if outputs is None:
+        outputs = _event_content(events, "gen_ai.content.completion", "gen_ai.completion")
     data.update(lists)
     if step_type == StepType.ACTION:
         name = next((attributes[k] for k in _TOOL_NAME_KEYS if k in attributes), None)

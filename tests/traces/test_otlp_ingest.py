@@ -717,6 +717,39 @@ async def test_a_root_without_input_is_named_after_the_first_question(user):
     assert (await Trace.objects.aget(pk=trace_of(quiet))).task == "nightly job"
 
 
+def content_events_chat(tracer: otel_trace.Tracer) -> None:
+    """A model call whose prompt and completion are span events, as the GenAI conventions
+    before 1.28 put them (DevAssist's own export with ``event_only``, plain SDK code)."""
+    with tracer.start_as_current_span(
+        "chat gpt-4o", attributes={"gen_ai.operation.name": "chat"}
+    ) as chat:
+        chat.add_event("gen_ai.content.prompt", {"gen_ai.prompt": "Weather in Paris?"})
+        answer = [{"role": "assistant", "content": "Rain."}]
+        chat.add_event("gen_ai.content.completion", {"gen_ai.completion": json.dumps(answer)})
+
+
+async def test_a_model_call_s_content_events_are_its_input_and_output(user):
+    spans = sdk_spans(content_events_chat)
+    token = await token_for(user)
+    assert (await post_otlp(protobuf_body(spans), token=token)).status_code == 200
+    step = await Step.objects.aget(pk=step_of(spans[0]))
+    assert step.data["input"] == "Weather in Paris?"
+    assert step.data["output"] == [{"role": "assistant", "content": "Rain."}]
+    # Stored once: the events keep their names and times, without the content.
+    assert [(e["name"], e["attributes"]) for e in step.data["events"]] == [
+        ("gen_ai.content.prompt", {}),
+        ("gen_ai.content.completion", {}),
+    ]
+    assert "Weather in Paris?" in step.data_preview
+    # A span's own input stands, and its event keeps the content (the GenAI agent's chat).
+    genai = sdk_spans(genai_agent)
+    assert (await post_otlp(protobuf_body(genai), token=token)).status_code == 200
+    chat = await Step.objects.aget(pk=step_of(next(s for s in genai if s.name == "chat gpt-4o")))
+    assert chat.data["input"][0]["parts"][0]["content"] == "Paris?"
+    (event,) = chat.data["events"]
+    assert event["attributes"] == {"gen_ai.prompt": "Weather in Paris?"}
+
+
 def framework_agent(root_input: Any) -> Callable[[otel_trace.Tracer], None]:
     """An agent framework's run: a root span whose input is the framework's own structure
     (``root_input``, JSON), over a model call asked a question."""
