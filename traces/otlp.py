@@ -606,7 +606,7 @@ def _span_step(
         parent_id=span_step_id(span.trace_id, span.parent_span_id) if span.parent_span_id else None,
         step_type=step_type,
         status=status,
-        name=span.name[:NAME_CHARS],
+        name=_step_name(span.name, data)[:NAME_CHARS],
         data=data,
         error=error,
         started_at=time_of(start),
@@ -617,6 +617,16 @@ def _span_step(
         out_of_order=True,
     )
     return step, start
+
+
+def _step_name(span_name: str, data: Mapping[str, Any]) -> str:
+    """A step's name: its span's, or for a tool call whose span's name does not say which
+    tool it called (smolagents' ``SimpleTool``, LlamaIndex's ``FunctionTool.acall``), the
+    tool's name (``data.tool_name``)."""
+    tool = data.get("tool_name")
+    if isinstance(tool, str) and tool.strip() and tool not in span_name:
+        return tool.strip()
+    return span_name
 
 
 def _exception_text(events: list[dict[str, Any]]) -> str:

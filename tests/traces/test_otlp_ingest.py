@@ -455,7 +455,7 @@ async def test_a_vercel_ai_sdk_call_maps_its_model_and_tool_calls_and_counts_tok
     assert (root["name"], root["step_type"]) == ("ai.generateText", StepType.GOAL)
     assert [(c["name"], c["step_type"]) for c in root["children"]] == [
         ("ai.generateText.doGenerate", StepType.THOUGHT),
-        ("ai.toolCall", StepType.ACTION),
+        ("getWeather", StepType.ACTION),  # the tool's name: its span's says none
         ("ai.generateText.doGenerate", StepType.THOUGHT),
     ]
     # The call's usage restates its model calls': counted once, on them.
@@ -748,6 +748,52 @@ async def test_a_model_call_s_content_events_are_its_input_and_output(user):
     assert chat.data["input"][0]["parts"][0]["content"] == "Paris?"
     (event,) = chat.data["events"]
     assert event["attributes"] == {"gen_ai.prompt": "Weather in Paris?"}
+
+
+@pytest.mark.parametrize(
+    ("span_name", "attributes", "name"),
+    [
+        # smolagents' and LlamaIndex's tool spans are named after the tool's class or method.
+        (
+            "SimpleTool",
+            {"openinference.span.kind": "TOOL", "tool.name": "get_weather"},
+            "get_weather",
+        ),
+        (
+            "FunctionTool.acall",
+            {"openinference.span.kind": "TOOL", "tool.name": "get_weather"},
+            "get_weather",
+        ),
+        # A span named after its tool keeps its name.
+        (
+            "get_weather",
+            {"openinference.span.kind": "TOOL", "tool.name": "get_weather"},
+            "get_weather",
+        ),
+        (
+            "execute_tool get_weather",
+            {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "get_weather"},
+            "execute_tool get_weather",
+        ),
+    ],
+)
+async def test_a_tool_call_is_named_after_its_tool(user, span_name, attributes, name):
+    def run(tracer: otel_trace.Tracer) -> None:
+        with (
+            tracer.start_as_current_span("agent"),
+            tracer.start_as_current_span(span_name, attributes=attributes),
+        ):
+            pass
+
+    spans = sdk_spans(run)
+    token = await token_for(user)
+    assert (await post_otlp(protobuf_body(spans), token=token)).status_code == 200
+    tool = await Step.objects.aget(pk=step_of(spans[0]))
+    assert (tool.name, tool.step_type, tool.data["tool_name"]) == (
+        name,
+        StepType.ACTION,
+        "get_weather",
+    )
 
 
 def framework_agent(root_input: Any) -> Callable[[otel_trace.Tracer], None]:
