@@ -688,9 +688,18 @@ def _window(
             .count()
         )
     _number_iterations(nodes, before)
-    end = offset + len(nodes)
     prev = max(0, offset - CHILD_WINDOW) if offset > 0 else None
-    return nodes, (end if end < total else None), prev
+    return nodes, _next_offset(offset, len(nodes), total), prev
+
+
+def _next_offset(offset: int, fetched: int, total: int) -> int | None:
+    """Where the window after one of ``fetched`` children from ``offset`` starts, None when it
+    is the last: past ``total`` (the trace's ``root_count``, the parent's ``children_count``),
+    or shorter than ``CHILD_WINDOW``. ``total`` was read in a statement of its own, and may
+    count steps that have moved away since (a parent span arriving takes the steps that waited
+    for it off the top level): a page reloaded in between offered a window that held nothing."""
+    end = offset + fetched
+    return end if fetched == CHILD_WINDOW and end < total else None
 
 
 def _open(node: dict[str, Any], children: list[dict[str, Any]], next_offset: int | None) -> None:
@@ -718,7 +727,7 @@ def _auto_expand(trace: Trace, level: list[dict[str, Any]], budget: int, *, dept
             for index, node in enumerate(nodes):
                 node["index"] = index
             parent = frontier[sid]
-            _open(parent, nodes, len(nodes) if len(nodes) < parent["children_count"] else None)
+            _open(parent, nodes, _next_offset(0, len(nodes), parent["children_count"]))
             level += nodes
         added += len(level)
     return added

@@ -923,3 +923,18 @@ def test_a_step_hundreds_of_levels_deep_opens_in_the_tree(client: Client, user: 
         (node,) = node["children"]
         assert node["name"] == f"level {level}"
     assert node["children"] == []
+
+
+def test_a_window_read_after_steps_moved_offers_no_window_past_them(user: User) -> None:
+    """The trace's row is read in a statement of its own, before its top level: a parent span
+    that arrives in between takes the steps that waited for it off the top level, and the
+    ``root_count`` read counts them still. The window holds what is there, and offers no
+    window after it (a page reloaded then showed "show 29 more" under its one root, which
+    loaded nothing)."""
+    trace = make_trace(user)
+    add(trace, step("goal"))
+    read_before = Trace.objects.get(pk=trace.pk)
+    read_before.root_count = 30  # as read before the parent's write committed
+    view = selectors.tree_view(trace=read_before)
+    assert len(view.roots) == 1
+    assert view.next_offset is None
