@@ -961,7 +961,16 @@ def _gather_lists(attributes: dict[str, Any]) -> dict[str, list[Any]]:
     if not any(key.startswith(_FLATTENED_PREFIXES) for key in attributes):
         return {}
     gathered = {key: _gather_list(attributes, sources) for key, sources in _FLATTENED.items()}
+    for key in _DOCUMENT_LISTS:
+        for document in gathered.get(key) or []:
+            # OpenInference writes a document's metadata as JSON text.
+            if isinstance(document, dict) and isinstance(document.get("metadata"), str):
+                document["metadata"] = json_text_value(document["metadata"])
     return {key: items for key, items in gathered.items() if items is not None}
+
+
+#: The lists of ``_FLATTENED`` that hold documents.
+_DOCUMENT_LISTS = ("documents", "input_documents", "output_documents")
 
 
 def _gather_list(

@@ -108,6 +108,7 @@ def openinference_agent(tracer: otel_trace.Tracer) -> None:
                 "retrieval.documents.0.document.id": "math.md#1",
                 "retrieval.documents.0.document.content": "2+2 is 4.",
                 "retrieval.documents.0.document.score": 0.9,
+                "retrieval.documents.0.document.metadata": '{"source": "math.md"}',
                 "retrieval.documents.1.document.id": "math.md#2",
                 "retrieval.documents.1.document.score": 0.4,
             },
@@ -354,7 +355,13 @@ async def test_an_openinference_trace_becomes_a_tree_of_steps(user, encoding):
     retrieve = steps["retrieve"]
     assert retrieve.data["input"] == "addition"
     assert retrieve.data["documents"] == [
-        {"id": "math.md#1", "content": "2+2 is 4.", "score": 0.9},
+        # Its metadata, JSON text, parsed.
+        {
+            "id": "math.md#1",
+            "content": "2+2 is 4.",
+            "score": 0.9,
+            "metadata": {"source": "math.md"},
+        },
         {"id": "math.md#2", "score": 0.4},
     ]
     assert retrieve.data["attributes"] == {"openinference.span.kind": "RETRIEVER"}
