@@ -891,7 +891,13 @@ _OUTPUT_KEYS = (
     "ai.response.object",
     "ai.response.toolCalls",
 )
-_MODEL_KEYS = ("gen_ai.request.model", "gen_ai.response.model", "llm.model_name", "ai.model.id")
+_MODEL_KEYS = (
+    "gen_ai.request.model",
+    "gen_ai.response.model",
+    "llm.model_name",
+    "embedding.model_name",
+    "ai.model.id",
+)
 _TOOL_NAME_KEYS = ("tool.name", "gen_ai.tool.name", "traceloop.entity.name", "ai.toolCall.name")
 #: Not OpenInference's ``tool.parameters``: that is the tool's parameters' definition (a JSON
 #: schema, as its own tracers and its OpenAI Agents SDK instrumentation write it), and stays
@@ -940,7 +946,8 @@ _STATUS_CODES = {Status.STATUS_CODE_OK: "ok", Status.STATUS_CODE_ERROR: "error"}
 #: ``retrieval.documents.<i>.document.<field>`` a retriever's documents,
 #: ``reranker.input_documents`` / ``output_documents`` a reranker's, and the tools a model
 #: was offered are OpenInference's ``llm.tools.<i>.tool.<field>`` and OpenLLMetry's
-#: ``llm.request.functions.<i>.<field>``.
+#: ``llm.request.functions.<i>.<field>``; OpenInference's
+#: ``embedding.embeddings.<i>.embedding.<field>`` an embedding call's texts and vectors.
 #: By the key each list takes in the step's data.
 _FLATTENED = {
     "input_messages": (("gen_ai.prompt.", ""), ("llm.input_messages.", "message")),
@@ -949,6 +956,7 @@ _FLATTENED = {
     "input_documents": (("reranker.input_documents.", "document"),),
     "output_documents": (("reranker.output_documents.", "document"),),
     "tools": (("llm.tools.", "tool"), ("llm.request.functions.", "")),
+    "embeddings": (("embedding.embeddings.", "embedding"),),
 }
 _FLATTENED_PREFIXES = tuple(prefix for sources in _FLATTENED.values() for prefix, _ in sources)
 

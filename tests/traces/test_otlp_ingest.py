@@ -803,6 +803,37 @@ async def test_a_tool_call_is_named_after_its_tool(user, span_name, attributes, 
     )
 
 
+async def test_an_embedding_call_keeps_its_model_and_its_texts_with_their_vectors(user):
+    """OpenInference's embedding span (LlamaIndex's ``OpenAIEmbedding``): the model, and each
+    text with its vector as one item, not a flat attribute per text and per vector."""
+
+    def embed(tracer: otel_trace.Tracer) -> None:
+        with tracer.start_as_current_span(
+            "OpenAIEmbedding",
+            attributes={
+                "openinference.span.kind": "EMBEDDING",
+                "embedding.model_name": "text-embedding-3-small",
+                "embedding.embeddings.0.embedding.text": "rain in Paris",
+                "embedding.embeddings.0.embedding.vector": [0.1, 0.2, 0.3],
+                "embedding.embeddings.1.embedding.text": "sun in Rome",
+                "embedding.embeddings.1.embedding.vector": [0.3, 0.2, 0.1],
+            },
+        ):
+            pass
+
+    spans = sdk_spans(embed)
+    token = await token_for(user)
+    assert (await post_otlp(protobuf_body(spans), token=token)).status_code == 200
+    step = await Step.objects.aget(pk=step_of(spans[0]))
+    assert step.step_type == StepType.MEMORY_READ
+    assert step.data["model"] == "text-embedding-3-small"
+    assert step.data["embeddings"] == [
+        {"text": "rain in Paris", "vector": [0.1, 0.2, 0.3]},
+        {"text": "sun in Rome", "vector": [0.3, 0.2, 0.1]},
+    ]
+    assert not [key for key in step.data["attributes"] if key.startswith("embedding.embeddings")]
+
+
 def framework_agent(root_input: Any) -> Callable[[otel_trace.Tracer], None]:
     """An agent framework's run: a root span whose input is the framework's own structure
     (``root_input``, JSON), over a model call asked a question."""
