@@ -1126,6 +1126,11 @@ def _step_data(
         arguments = _lift(attributes, _TOOL_ARGUMENT_KEYS)
         if isinstance(arguments, str):
             arguments = json_text_value(arguments)
+        if arguments is None and isinstance(inputs, str):
+            # A tool's input is its arguments: an object, even where its JSON text comes
+            # without a JSON mime type (smolagents').
+            parsed = json_text_value(inputs)
+            inputs = parsed if isinstance(parsed, dict) else inputs
         data["arguments"] = arguments if arguments is not None else inputs
         if arguments is not None and inputs is not None:
             data["input"] = inputs

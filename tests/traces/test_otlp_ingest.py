@@ -834,6 +834,35 @@ async def test_an_embedding_call_keeps_its_model_and_its_texts_with_their_vector
     assert not [key for key in step.data["attributes"] if key.startswith("embedding.embeddings")]
 
 
+@pytest.mark.parametrize(
+    ("given", "arguments"),
+    [
+        # smolagents' tool input: JSON text of an object, without a JSON mime type.
+        ('{"args": [], "kwargs": {"city": "Paris"}}', {"args": [], "kwargs": {"city": "Paris"}}),
+        # Text that is no object stays as it came.
+        ("Paris", "Paris"),
+        ("[1, 2]", "[1, 2]"),
+        ('{"city": ', '{"city": '),
+    ],
+)
+async def test_a_tool_s_input_text_that_is_an_object_is_its_arguments(user, given, arguments):
+    def run(tracer: otel_trace.Tracer) -> None:
+        with (
+            tracer.start_as_current_span("agent"),
+            tracer.start_as_current_span(
+                "get_weather",
+                attributes={"openinference.span.kind": "TOOL", "input.value": given},
+            ),
+        ):
+            pass
+
+    spans = sdk_spans(run)
+    token = await token_for(user)
+    assert (await post_otlp(protobuf_body(spans), token=token)).status_code == 200
+    tool = await Step.objects.aget(pk=step_of(spans[0]))
+    assert tool.data["arguments"] == arguments
+
+
 def framework_agent(root_input: Any) -> Callable[[otel_trace.Tracer], None]:
     """An agent framework's run: a root span whose input is the framework's own structure
     (``root_input``, JSON), over a model call asked a question."""
