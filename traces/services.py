@@ -38,7 +38,7 @@ from traces.otlp import (
     task_of,
 )
 from traces.otlp_logs import LogBatch, TraceLogs, request_log_records, with_log_events
-from traces.store import AddedSteps, TraceSteps, WritesByTrace, get_trace_store
+from traces.store import AddedSteps, StepCreate, TraceSteps, WritesByTrace, get_trace_store
 
 logger = structlog.get_logger(__name__)
 
@@ -299,11 +299,14 @@ def _stored_traces_tasks(traces: Sequence[TraceSpans]) -> dict[uuid.UUID, str | 
     an input that asks anything (a plain script's model call, an OpenAI Agents SDK workflow, a
     plain span around an agent, a framework's own state) the input that log records waiting
     for it give it, else what the trace's first model call was asked (its input, or the one
-    its waiting records give it). Two queries for them all, read before the traces' locks: a
+    its waiting records give it). A trace that has no task yet (its root has not come: an
+    agent at work) is named after what the model calls among its spans were asked, until the
+    root names it. At most three queries for them all, read before the traces' locks: a
     record or a model call that commits in between leaves the trace named by what was there,
     nothing worse."""
     unnamed = [spans for spans in traces if spans.unnamed_root is not None]
-    logged = _logged_inputs(unnamed)
+    untitled = _untitled([spans for spans in traces if spans.task is None and _calls(spans)])
+    logged = _logged_inputs([*unnamed, *untitled])
     tasks = {
         spans.trace_id: task
         for spans in unnamed
@@ -311,10 +314,27 @@ def _stored_traces_tasks(traces: Sequence[TraceSpans]) -> dict[uuid.UUID, str | 
         and (task := task_of(logged.get((spans.trace_id, spans.unnamed_root)), ""))
     }
     asked = _first_questions([spans for spans in unnamed if spans.trace_id not in tasks], logged)
+    for spans in untitled:
+        if question := _first_question(spans, logged=logged):
+            asked[spans.trace_id] = question
     return {
         spans.trace_id: tasks.get(spans.trace_id) or asked.get(spans.trace_id) or spans.task
         for spans in traces
     }
+
+
+def _calls(spans: TraceSpans) -> list[StepCreate]:
+    """The model calls (``thought`` steps) among ``spans``."""
+    return [step for step in spans.steps if step.step_type == StepType.THOUGHT]
+
+
+def _untitled(traces: Sequence[TraceSpans]) -> list[TraceSpans]:
+    """Those of ``traces`` whose stored trace has no task (one query, none for no traces)."""
+    if not traces:
+        return []
+    ids = {spans.trace_id for spans in traces}
+    empty = set(Trace.objects.filter(pk__in=ids, task="").values_list("pk", flat=True))
+    return [spans for spans in traces if spans.trace_id in empty]
 
 
 #: A step by its trace's id and its own.
@@ -394,7 +414,7 @@ def _first_question(
     """What the first model call of ``spans``'s trace was asked, among its spans here (with
     the inputs ``logged`` gives them) and the ``stored`` calls; None when none was asked
     anything, or the root came with an input that asks something."""
-    if spans.unnamed_root is None:
+    if spans.task is not None and spans.unnamed_root is None:
         return None
     logged = logged or {}
     calls = [
@@ -403,8 +423,8 @@ def _first_question(
             step.data.get("input", logged.get((spans.trace_id, step.id))),
             step.data.get("input_messages"),
         )
-        for step in spans.steps
-        if step.step_type == StepType.THOUGHT and isinstance(step.data, dict)
+        for step in _calls(spans)
+        if isinstance(step.data, dict)
     ]
     calls += stored
     calls.sort(key=lambda call: (call[0] is None, call[0] or datetime.min.replace(tzinfo=UTC)))

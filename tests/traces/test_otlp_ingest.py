@@ -930,6 +930,27 @@ async def test_a_framework_s_structured_input_names_its_trace_by_what_it_asks(
     assert (await Trace.objects.aget(pk=trace_of(spans))).task == task
 
 
+async def test_an_agent_at_work_is_named_after_its_first_question_until_its_root_comes(user):
+    """While an agent works its root span has not ended, so it has not come: its trace is
+    named after what its model calls were asked (it was "(no task)" for the whole run), and
+    the root names it when it comes."""
+    token = await token_for(user)
+    spans = sdk_spans(openinference_agent)
+    calls_first = [s for s in spans if s.name != "agent"]
+    assert (await post_otlp(protobuf_body(calls_first), token=token)).status_code == 200
+    trace = await Trace.objects.aget(pk=trace_of(spans))
+    assert (trace.status, trace.task) == (TraceStatus.RUNNING, "2+2")
+    root = [s for s in spans if s.name == "agent"]
+    assert (await post_otlp(protobuf_body(root), token=token)).status_code == 200
+    assert (await Trace.objects.aget(pk=trace.pk)).task == "What is 2+2?"  # the root's input
+
+    # Named once: a later model call does not rename it.
+    workflow = sdk_spans(workflow_agent)
+    for part in ([workflow[0]], [workflow[1]]):
+        assert (await post_otlp(protobuf_body(part), token=token)).status_code == 200
+        assert (await Trace.objects.aget(pk=trace_of(workflow))).task == "Why is the build red?"
+
+
 async def test_a_trace_whose_root_never_came_is_ended_by_its_owner(user):
     """An agent stopped before it ended its root span leaves its trace running; its owner
     ends it through the API, and spans that still come are stored as late ones."""
