@@ -39,6 +39,11 @@
     return Promise.resolve();
   }
 
+  // The layout's one column (traces.css: the tree above the details).
+  const ONE_COLUMN = window.matchMedia("(max-width: 60rem)");
+
+  // Selects a step's row and shows its details; ``reveal`` (a tap on the row): scrolled to
+  // them when they are below the tree.
   function select(li, opts) {
     if (!li) return;
     const prev = selected();
@@ -49,7 +54,11 @@
     }
     li.querySelector(":scope > .row").scrollIntoView({ block: "nearest" });
     const link = li.querySelector(":scope > .row a.name");
-    load(link.dataset.detail, "#detail");
+    const detail = load(link.dataset.detail, "#detail");
+    if (opts && opts.reveal && ONE_COLUMN.matches) {
+      // One column (a phone): the details are below the tree, out of sight; a tap shows them.
+      detail.then(() => document.getElementById("detail").scrollIntoView({ block: "start" }));
+    }
     if (!opts || opts.push !== false) {
       history.replaceState(null, "", base + "?step=" + li.dataset.id);
     }
@@ -122,7 +131,7 @@
     const row = event.target.closest("li.node > .row");
     if (row && !event.target.closest(".more")) {
       event.preventDefault();
-      select(row.parentElement);
+      select(row.parentElement, { reveal: true });
     }
   });
 

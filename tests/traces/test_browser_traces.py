@@ -512,3 +512,24 @@ def test_the_tree_keeps_about_2000_rows_however_far_one_loads(page, login) -> No
     # The latest window gave way this time, behind a link that loads it again.
     assert rows(page) <= 2000 + 1
     assert page.locator("#tree li.more:not(.prev) a").inner_text() == "show more steps"
+
+
+def test_on_a_phone_a_tapped_step_shows_its_details(page, login, screenshot) -> None:
+    """On a phone the details are below the tree (one column): a tap on a step scrolls to
+    them (they loaded out of sight, so a tap seemed to do nothing); keys and live updates do
+    not move the page."""
+    page.set_viewport_size({"width": 390, "height": 844})
+    user = login("ada")
+    trace = react_trace(user, iterations=20, fail_at=12)
+    page.goto(f"/traces/{trace.id}/")
+    detail = page.locator("#detail")
+    assert detail.bounding_box()["y"] > 844  # below the tree, out of sight
+
+    page.locator("#tree li.t-thought").nth(12).locator(":scope > .row a.name").click()
+    page.locator("#detail h2").filter(has_text="iteration 13").wait_for()
+    # The details' heading is on the screen.
+    page.wait_for_function(
+        "(() => { const r = document.querySelector('#detail h2').getBoundingClientRect();"
+        " return r.top >= 0 && r.bottom <= window.innerHeight; })()"
+    )
+    screenshot("phone-detail")
