@@ -486,14 +486,26 @@ def _set_root(entry: TraceSpans, span: Span, step: StepCreate, service: str) -> 
     entry.duration_ms = step.duration_ms
     given = step.data.get("input")
     entry.task = task_of(given, span.name)
-    if not asked_in(given) and not (isinstance(given, str) and given.strip()):
+    structured = _structured(given)
+    if not asked_in(structured) and not (isinstance(structured, str) and structured.strip()):
         entry.unnamed_root = step.id
 
 
 def task_of(root_input: Any, name: str) -> str:
     """A trace's task: its root's input (a string as it is, structured input what it asks,
-    ``traces.messages.asked_in``, else its JSON text), else its name, cut to ``TASK_CHARS``."""
-    return (asked_in(root_input) or _as_text(root_input) or name)[:TASK_CHARS]
+    ``traces.messages.asked_in``, else its JSON text), else its name, cut to ``TASK_CHARS``.
+    JSON text of an object or a list is structured input, with or without a JSON mime type
+    (smolagents and AutoGen send none)."""
+    return (asked_in(_structured(root_input)) or _as_text(root_input) or name)[:TASK_CHARS]
+
+
+def _structured(value: Any) -> Any:
+    """``value``, or the object or list its JSON text holds when it is such text."""
+    if isinstance(value, str):
+        parsed = json_text_value(value)
+        if isinstance(parsed, dict | list):
+            return parsed
+    return value
 
 
 def _as_text(value: Any) -> str:

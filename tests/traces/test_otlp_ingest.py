@@ -863,20 +863,18 @@ async def test_a_tool_s_input_text_that_is_an_object_is_its_arguments(user, give
     assert tool.data["arguments"] == arguments
 
 
-def framework_agent(root_input: Any) -> Callable[[otel_trace.Tracer], None]:
+def framework_agent(
+    root_input: Any, mime_type: str | None = "application/json"
+) -> Callable[[otel_trace.Tracer], None]:
     """An agent framework's run: a root span whose input is the framework's own structure
-    (``root_input``, JSON), over a model call asked a question."""
+    (``root_input``, JSON text with ``mime_type``), over a model call asked a question."""
+    attributes = {"openinference.span.kind": "CHAIN", "input.value": json.dumps(root_input)}
+    if mime_type:
+        attributes["input.mime_type"] = mime_type
 
     def run(tracer: otel_trace.Tracer) -> None:
         with (
-            tracer.start_as_current_span(
-                "Workflow.run",
-                attributes={
-                    "openinference.span.kind": "CHAIN",
-                    "input.value": json.dumps(root_input),
-                    "input.mime_type": "application/json",
-                },
-            ),
+            tracer.start_as_current_span("Workflow.run", attributes=attributes),
             tracer.start_as_current_span(
                 "ChatCompletion",
                 attributes={
@@ -921,10 +919,12 @@ def framework_agent(root_input: Any) -> Callable[[otel_trace.Tracer], None]:
         ([{"role": "system"}, {"role": "user"}], "What does the model say?"),
     ],
 )
+@pytest.mark.parametrize("mime_type", ["application/json", None])
 async def test_a_framework_s_structured_input_names_its_trace_by_what_it_asks(
-    user, root_input, task
+    user, root_input, task, mime_type
 ):
-    spans = sdk_spans(framework_agent(root_input))
+    """With or without a JSON mime type (smolagents and AutoGen send none)."""
+    spans = sdk_spans(framework_agent(root_input, mime_type))
     token = await token_for(user)
     assert (await post_otlp(protobuf_body(spans), token=token)).status_code == 200
     assert (await Trace.objects.aget(pk=trace_of(spans))).task == task
