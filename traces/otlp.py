@@ -486,7 +486,7 @@ def _set_root(entry: TraceSpans, span: Span, step: StepCreate, service: str) -> 
     entry.duration_ms = step.duration_ms
     given = step.data.get("input")
     entry.task = task_of(given, span.name)
-    structured = _structured(given)
+    structured = as_structured(given)
     if not asked_in(structured) and not (isinstance(structured, str) and structured.strip()):
         entry.unnamed_root = step.id
 
@@ -496,10 +496,10 @@ def task_of(root_input: Any, name: str) -> str:
     ``traces.messages.asked_in``, else its JSON text), else its name, cut to ``TASK_CHARS``.
     JSON text of an object or a list is structured input, with or without a JSON mime type
     (smolagents and AutoGen send none)."""
-    return (asked_in(_structured(root_input)) or _as_text(root_input) or name)[:TASK_CHARS]
+    return (asked_in(as_structured(root_input)) or _as_text(root_input) or name)[:TASK_CHARS]
 
 
-def _structured(value: Any) -> Any:
+def as_structured(value: Any) -> Any:
     """``value``, or the object or list its JSON text holds when it is such text."""
     if isinstance(value, str):
         parsed = json_text_value(value)
@@ -613,6 +613,7 @@ def _span_step(
     data = _step_data(
         span, attributes, events, links, step_type=step_type, scope=scope, service=service
     )
+    restated = restates_usage(attributes)
     step = StepCreate(
         id=span_step_id(span.trace_id, span.span_id),
         parent_id=span_step_id(span.trace_id, span.parent_span_id) if span.parent_span_id else None,
@@ -624,8 +625,8 @@ def _span_step(
         started_at=time_of(start),
         finished_at=time_of(end) if end else None,
         duration_ms=max(0, (end - start) // 1_000_000) if end else None,
-        tokens=0 if restates_usage(attributes) else tokens_of(attributes),
-        cost=Decimal(0) if restates_usage(attributes) else cost_of(attributes),
+        tokens=0 if restated else tokens_of(attributes),
+        cost=Decimal(0) if restated else cost_of(attributes),
         out_of_order=True,
     )
     return step, start

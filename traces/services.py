@@ -34,6 +34,7 @@ from traces.otlp import (
     Signal,
     SpanBatch,
     TraceSpans,
+    as_structured,
     request_spans,
     task_of,
 )
@@ -413,7 +414,10 @@ def _first_question(
 ) -> str | None:
     """What the first model call of ``spans``'s trace was asked, among its spans here (with
     the inputs ``logged`` gives them) and the ``stored`` calls; None when none was asked
-    anything, or the root came with an input that asks something."""
+    anything, or the root came with an input that asks something. While the root has not
+    come (``task`` None: an agent at work), the first of any of its spans here that was given
+    something that asks: a LangGraph node's state starts before the model calls of its
+    subgraph, which are asked to work on the question."""
     if spans.task is not None and spans.unnamed_root is None:
         return None
     logged = logged or {}
@@ -423,13 +427,13 @@ def _first_question(
             step.data.get("input", logged.get((spans.trace_id, step.id))),
             step.data.get("input_messages"),
         )
-        for step in _calls(spans)
+        for step in (spans.steps if spans.task is None else _calls(spans))
         if isinstance(step.data, dict)
     ]
     calls += stored
     calls.sort(key=lambda call: (call[0] is None, call[0] or datetime.min.replace(tzinfo=UTC)))
     # The messages flattened beside the request (OpenInference's) or the input itself.
-    asked = (asked_in(messages) or asked_in(given) for _, given, messages in calls)
+    asked = (asked_in(messages) or asked_in(as_structured(given)) for _, given, messages in calls)
     return next((text for text in asked if text), None)
 
 

@@ -951,6 +951,38 @@ async def test_an_agent_at_work_is_named_after_its_first_question_until_its_root
         assert (await Trace.objects.aget(pk=trace_of(workflow))).task == "Why is the build red?"
 
 
+async def test_a_langgraph_agent_at_work_is_named_after_its_question_not_a_subgraph_s(user):
+    """A LangGraph node's state holds the user's question; the model call of its subgraph,
+    which starts after it, is asked to work on it: the trace is named after the question."""
+
+    def langgraph(tracer: otel_trace.Tracer) -> None:
+        state = {"messages": [{"type": "human", "data": {"content": "Weather in Paris?"}}]}
+        with (
+            tracer.start_as_current_span(
+                "LangGraph", attributes={"openinference.span.kind": "CHAIN"}
+            ),
+            tracer.start_as_current_span(
+                "researcher",
+                attributes={"openinference.span.kind": "CHAIN", "input.value": json.dumps(state)},
+            ),
+            tracer.start_as_current_span(
+                "ChatOpenAI",
+                attributes={
+                    "openinference.span.kind": "LLM",
+                    "llm.input_messages.0.message.role": "user",
+                    "llm.input_messages.0.message.content": "Summarise: Weather in Paris?",
+                },
+            ),
+        ):
+            pass
+
+    spans = sdk_spans(langgraph)
+    token = await token_for(user)
+    at_work = [s for s in spans if s.name != "LangGraph"]  # its root has not ended
+    assert (await post_otlp(protobuf_body(at_work), token=token)).status_code == 200
+    assert (await Trace.objects.aget(pk=trace_of(spans))).task == "Weather in Paris?"
+
+
 async def test_a_trace_whose_root_never_came_is_ended_by_its_owner(user):
     """An agent stopped before it ended its root span leaves its trace running; its owner
     ends it through the API, and spans that still come are stored as late ones."""
