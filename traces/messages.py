@@ -54,7 +54,7 @@ def last_user_text(value: Any) -> str:
     if not messages or any(message is None for message in messages):
         return ""
     for message in reversed(messages):
-        if message and message["role"] == "user" and (text := split_message(message)[0].strip()):
+        if message["role"] == "user" and (text := split_message(message)[0].strip()):
             return text
     return ""
 

@@ -301,12 +301,12 @@ def _stored_traces_tasks(traces: Sequence[TraceSpans]) -> dict[uuid.UUID, str | 
     plain span around an agent, a framework's own state) the input that log records waiting
     for it give it, else what the trace's first model call was asked (its input, or the one
     its waiting records give it). A trace that has no task yet (its root has not come: an
-    agent at work) is named after what the model calls among its spans were asked, until the
-    root names it. At most three queries for them all, read before the traces' locks: a
+    agent at work) is named after the first question its spans bring (``_first_question``),
+    until the root names it. At most three queries for them all, read before the traces' locks: a
     record or a model call that commits in between leaves the trace named by what was there,
     nothing worse."""
     unnamed = [spans for spans in traces if spans.unnamed_root is not None]
-    untitled = _untitled([spans for spans in traces if spans.task is None and _calls(spans)])
+    untitled = _untitled([spans for spans in traces if spans.task is None])
     logged = _logged_inputs([*unnamed, *untitled])
     tasks = {
         spans.trace_id: task

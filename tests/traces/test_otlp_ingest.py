@@ -965,22 +965,35 @@ async def test_a_langgraph_agent_at_work_is_named_after_its_question_not_a_subgr
                 "researcher",
                 attributes={"openinference.span.kind": "CHAIN", "input.value": json.dumps(state)},
             ),
-            tracer.start_as_current_span(
+        ):
+            with tracer.start_as_current_span(
+                "lookup", attributes={"openinference.span.kind": "TOOL", "tool.name": "lookup"}
+            ):
+                pass
+            with tracer.start_as_current_span(
                 "ChatOpenAI",
                 attributes={
                     "openinference.span.kind": "LLM",
                     "llm.input_messages.0.message.role": "user",
                     "llm.input_messages.0.message.content": "Summarise: Weather in Paris?",
                 },
-            ),
-        ):
-            pass
+            ):
+                pass
 
     spans = sdk_spans(langgraph)
     token = await token_for(user)
     at_work = [s for s in spans if s.name != "LangGraph"]  # its root has not ended
     assert (await post_otlp(protobuf_body(at_work), token=token)).status_code == 200
     assert (await Trace.objects.aget(pk=trace_of(spans))).task == "Weather in Paris?"
+
+    # A node's span that comes alone into a stored trace that has no name yet (its first
+    # request held a tool call that asks nothing) names it too.
+    again = sdk_spans(langgraph)
+    tool, node = (next(s for s in again if s.name == name) for name in ("lookup", "researcher"))
+    assert (await post_otlp(protobuf_body([tool]), token=token)).status_code == 200
+    assert (await Trace.objects.aget(pk=trace_of(again))).task == ""
+    assert (await post_otlp(protobuf_body([node]), token=token)).status_code == 200
+    assert (await Trace.objects.aget(pk=trace_of(again))).task == "Weather in Paris?"
 
 
 async def test_a_trace_whose_root_never_came_is_ended_by_its_owner(user):
