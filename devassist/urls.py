@@ -3,7 +3,7 @@ from __future__ import annotations
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_not_required
-from django.urls import URLPattern, URLResolver, include, path
+from django.urls import URLPattern, URLResolver, include, path, re_path
 
 from devassist import views
 from devassist.api import api
@@ -26,10 +26,12 @@ urlpatterns = [
     path("", views.home, name="home"),
     path("healthz", views.healthz, name="healthz"),
     # OTLP/HTTP's standard path: an OTel exporter given this server's URL as
-    # OTEL_EXPORTER_OTLP_ENDPOINT posts here.
-    path("v1/traces", otlp_traces, name="otlp_traces"),
-    path("v1/logs", otlp_logs, name="otlp_logs"),
-    path("v1/metrics", otlp_metrics, name="otlp_metrics"),
+    # OTEL_EXPORTER_OTLP_ENDPOINT posts here. A signal's own endpoint variable
+    # (OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) is used as written, so a trailing slash is taken too:
+    # APPEND_SLASH cannot redirect a POST.
+    re_path(r"^v1/traces/?$", otlp_traces, name="otlp_traces"),
+    re_path(r"^v1/logs/?$", otlp_logs, name="otlp_logs"),
+    re_path(r"^v1/metrics/?$", otlp_metrics, name="otlp_metrics"),
     path("ui/theme", views.theme_switch, name="theme"),
     path("ui/language", views.language_switch, name="language"),
     path("jsi18n/", views.javascript_catalog, name="javascript-catalog"),

@@ -70,9 +70,18 @@ def refused_whole(outcome: IngestOutcome) -> OtlpError | None:
     return None
 
 
-def _export(request: HttpRequest, body: bytes, encoding: str, signal: Signal) -> HttpResponse:
-    """Authenticate, decode and store one export request (a worker thread: the ORM)."""
+def _export(request: HttpRequest, signal: Signal) -> HttpResponse:
+    """Authenticate, decode and store one export request (a worker thread: the ORM). The token
+    is checked first: a client without a good one learns that, whatever its body."""
     user = token_user(_token(request))
+    encoding = encoding_of(request.headers.get("Content-Type", ""))
+    try:
+        body = request.body
+    except RequestDataTooBig as exc:
+        raise OtlpError(
+            HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+            "The request body is larger than the server accepts (MAX_REQUEST_BYTES).",
+        ) from exc
     decoded = decode_request(
         body,
         encoding=encoding,
@@ -109,15 +118,7 @@ async def _receive(request: HttpRequest, signal: Signal) -> HttpResponse:
     try:
         if request.method != "POST":
             raise OtlpError(HTTPStatus.METHOD_NOT_ALLOWED, f"Send the {signal.items} with POST.")
-        encoding = encoding_of(content_type)
-        try:
-            body = request.body
-        except RequestDataTooBig as exc:
-            raise OtlpError(
-                HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
-                "The request body is larger than the server accepts (MAX_REQUEST_BYTES).",
-            ) from exc
-        return await sync_to_async(_export)(request, body, encoding, signal)
+        return await sync_to_async(_export)(request, signal)
     except OtlpError as error:
         return _answer(error, answer_encoding)
     except DatabaseError:

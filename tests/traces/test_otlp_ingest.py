@@ -1124,6 +1124,36 @@ async def test_no_token_or_a_wrong_one_is_401(user):
 
 
 @pytest.mark.parametrize(
+    ("content_type", "headers"),
+    [("text/plain", {}), (PROTOBUF, {"Content-Encoding": "br"})],
+)
+async def test_a_client_without_a_good_token_is_told_so_whatever_its_body(
+    user, content_type, headers
+):
+    """401 before 415 (or 400, 413): what a client must fix first is its token, and a body
+    says nothing to a client the server does not know."""
+    for token in (None, "da_not-a-token"):
+        response = await post_otlp(b"x", token=token, content_type=content_type, headers=headers)
+        assert response.status_code == HTTPStatus.UNAUTHORIZED
+        assert rpc_status(response)[0] == 16  # UNAUTHENTICATED
+    assert await nothing_stored()
+
+
+async def test_the_paths_with_a_trailing_slash_take_exports_too(user):
+    """OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is used as written: ``.../v1/traces/`` is the same
+    endpoint (APPEND_SLASH redirects no POST; the answer was Django's 404 page)."""
+    token = await token_for(user)
+    response = await post_otlp(
+        protobuf_body(sdk_spans(genai_agent)), token=token, path="/v1/traces/"
+    )
+    assert response.status_code == HTTPStatus.OK
+    assert await Trace.objects.acount() == 1
+    metrics = await post_otlp(b"", token=token, path="/v1/metrics/")
+    assert metrics.status_code == HTTPStatus.NOT_FOUND
+    assert rpc_status(metrics)[0] == 12  # UNIMPLEMENTED
+
+
+@pytest.mark.parametrize(
     ("body", "content_type", "headers", "status", "words"),
     [
         (b"\xff\xff\xff\xff", PROTOBUF, {}, HTTPStatus.BAD_REQUEST, "Malformed protobuf"),
