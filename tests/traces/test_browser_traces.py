@@ -533,3 +533,39 @@ def test_on_a_phone_a_tapped_step_shows_its_details(page, login, screenshot) -> 
         " return r.top >= 0 && r.bottom <= window.innerHeight; })()"
     )
     screenshot("phone-detail")
+
+
+def test_on_a_phone_a_steps_row_shows_its_outcome_duration_and_tokens(page, login) -> None:
+    """A long step name gives way on a phone (cut with an ellipsis) so that its outcome,
+    duration and tokens stay on the screen: the row was clipped by the tree's edge, its
+    figures reached only by scrolling the tree sideways."""
+    page.set_viewport_size({"width": 390, "height": 844})
+    user = login("ada")
+    trace = make_trace(user, task="phone rows")
+    goal = step("goal", name="agent run", duration_ms=7)
+    thought = step(
+        "thought",
+        parent=goal,
+        name="ChatCompletion with a long model name",
+        duration_ms=1_250,
+        tokens=38_771,
+    )
+    action = step("action", parent=thought, name="search_the_team_documentation", duration_ms=9)
+    add(trace, goal, thought, action)
+    page.goto(f"/traces/{trace.id}/")
+    page.locator(f"#s-{action.id} > .row").wait_for()
+    for shown, figures in ((thought, 3), (action, 2)):  # the action counts no tokens
+        fits = page.evaluate(
+            "(id) => { const row = document.querySelector('#s-' + id + ' > .row');"
+            " const pane = document.querySelector('.tree-pane').getBoundingClientRect();"
+            " return [...row.querySelectorAll('.outcome, .dur, .tok')].map("
+            "   (el) => el.getBoundingClientRect().right <= pane.right); }",
+            str(shown.id),
+        )
+        assert len(fits) == figures
+        assert all(fits), (shown.name, fits)
+    assert page.evaluate(
+        "(id) => { const name = document.querySelector('#s-' + id + ' > .row .name');"
+        " return name.scrollWidth > name.clientWidth; }",
+        str(thought.id),
+    )  # its name is cut
