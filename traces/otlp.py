@@ -632,12 +632,28 @@ def _span_step(
     return step, start
 
 
+#: Python's call methods, which an instrumentation may put after a tool's name in its span's
+#: name (DSPy's ``get_weather.__call__``, with no ``tool.name``).
+_CALL_METHODS = (".__call__", ".__acall__")
+
+
+def _span_tool_name(span_name: str) -> str:
+    """The tool a tool call's span names, for a span without a tool name attribute."""
+    for method in _CALL_METHODS:
+        if span_name.endswith(method) and len(span_name) > len(method):
+            return span_name.removesuffix(method)
+    return span_name
+
+
 def _step_name(span_name: str, data: Mapping[str, Any]) -> str:
     """A step's name: its span's, or for a tool call whose span's name does not say which
-    tool it called (smolagents' ``SimpleTool``, LlamaIndex's ``FunctionTool.acall``), the
-    tool's name (``data.tool_name``)."""
+    tool it called (smolagents' ``SimpleTool``, LlamaIndex's ``FunctionTool.acall``) or says
+    it with a call method after it (DSPy's ``get_weather.__call__``), the tool's name
+    (``data.tool_name``)."""
     tool = data.get("tool_name")
-    if isinstance(tool, str) and tool.strip() and tool not in span_name:
+    if not isinstance(tool, str) or not tool.strip():
+        return span_name
+    if tool not in span_name or span_name.removeprefix(tool) in _CALL_METHODS:
         return tool.strip()
     return span_name
 
@@ -1135,7 +1151,7 @@ def _step_data(
     data.update(lists)
     if step_type == StepType.ACTION:
         name = next((attributes[k] for k in _TOOL_NAME_KEYS if k in attributes), None)
-        data["tool_name"] = name if isinstance(name, str) else span.name
+        data["tool_name"] = name if isinstance(name, str) else _span_tool_name(span.name)
         arguments = _lift(attributes, _TOOL_ARGUMENT_KEYS)
         if isinstance(arguments, str):
             arguments = json_text_value(arguments)

@@ -771,6 +771,9 @@ async def test_a_model_call_s_content_events_are_its_input_and_output(user):
             {"openinference.span.kind": "TOOL", "tool.name": "get_weather"},
             "get_weather",
         ),
+        # DSPy's: the tool's name with the method called, and no tool name attribute.
+        ("get_weather.__call__", {"openinference.span.kind": "TOOL"}, "get_weather"),
+        ("get_weather.__acall__", {"openinference.span.kind": "TOOL"}, "get_weather"),
         # A span named after its tool keeps its name.
         (
             "get_weather",
