@@ -5,7 +5,7 @@
 
   function watch(row) {
     const id = row.dataset.trace;
-    if (sockets.has(id)) return;
+    if (sockets.has(id) || !row.dataset.rowUrl) return;
     const scheme = location.protocol === "https:" ? "wss://" : "ws://";
     const url = scheme + location.host + "/api/traces/" + id + "/watch?after_seq=" + row.dataset.running;
     const socket = new WebSocket(url);
@@ -13,7 +13,7 @@
     socket.onmessage = (event) => {
       const message = JSON.parse(event.data);
       const current = document.getElementById("t-" + id);
-      if (!current) { socket.close(); return; }
+      if (!current || current.dataset.running === undefined) { socket.close(); return; }
       if (message.event === "step_added") current.querySelector(".quiet-mark")?.remove();  // a span came
       const totals = message.totals || message.trace;
       if (totals) {
@@ -28,8 +28,14 @@
         }
       }
       if (message.event === "trace_completed") {
+        // No longer running: no scan watches the row again while its refresh is on its way
+        // (a second socket replayed the end after the refresh had replaced the row, and
+        // refreshed it from the page's own URL: a whole page inside the row).
+        delete current.dataset.running;
         socket.close();
-        htmx.ajax("GET", current.dataset.rowUrl, { target: "#t-" + id, swap: "outerHTML" });
+        // The row is the request's source: htmx keeps one request a source at a time, and
+        // rows ending together from one source (the page's body) dropped all but two.
+        htmx.ajax("GET", current.dataset.rowUrl, { source: current, target: current, swap: "outerHTML" });
       }
     };
     socket.onclose = () => sockets.delete(id);

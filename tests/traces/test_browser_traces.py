@@ -476,6 +476,43 @@ def test_a_running_trace_updates_in_place_in_the_list(page, login, app_server) -
     assert page.url.endswith("/traces/")
 
 
+@pytest.mark.parametrize("server_url", ["memory", "redis"], indirect=True)
+def test_running_traces_ending_together_each_refresh_their_own_row_once(
+    page, login, server_url
+) -> None:
+    """Twelve running rows end at once while their refreshes are slow: each row is read once
+    and the list stays one list. A row being refreshed was watched again by the next scan
+    (another row's swap), that socket replayed the end after the refresh had replaced the row,
+    and the row was refreshed from the page's own URL: a whole list page inside a row, whose
+    running rows did the same (a service sending traces hung the page in minutes)."""
+    user = login("ada")
+    _, token = api_token_create(user=user, name="agent")
+    traces = [make_trace(user, task=f"run {i}") for i in range(12)]
+    fetched: list[str] = []
+
+    def slow_row(route: Any) -> None:
+        fetched.append(route.request.url)
+        page.wait_for_timeout(400)
+        route.continue_()
+
+    page.route("**/traces/*/row/", slow_row)
+    page.goto(f"{server_url}/traces/?status=running")
+    assert page.locator("tr.trace-row[data-running]").count() == 12
+    page.wait_for_timeout(500)  # the sockets open (a late one replays the end)
+    with httpx.Client(base_url=server_url, headers={"Authorization": f"Bearer {token}"}) as api:
+        for trace in traces:
+            answer = api.post(f"/api/traces/{trace.id}/complete", json={"status": "completed"})
+            assert answer.status_code == 200, answer.text
+    page.wait_for_function(
+        "document.querySelectorAll('tr.trace-row.st-completed').length === 12", timeout=20_000
+    )
+    page.wait_for_timeout(1500)  # what a second socket would still do
+    assert page.locator("tr.trace-row").count() == 12
+    assert page.locator("h1").count() == 1
+    assert sorted(fetched) == sorted(f"{server_url}/traces/{t.id}/row/" for t in traces)
+    page.unroute_all(behavior="ignoreErrors")
+
+
 def test_the_tree_keeps_about_2000_rows_however_far_one_loads(page, login) -> None:
     user = login("ada")
     trace = make_trace(user, task="a very long run")
