@@ -364,13 +364,13 @@ class TraceSpans:
 
 
 #: How much of an item's name a refusal's reason shows (``item_name``).
-NAME_CHARS = 100
+REASON_NAME_CHARS = 100
 
 
 def item_name(name: str) -> str:
     """A span's or log record's ``name`` as a refusal's reason shows it: quoted and cut (it
     can be as long as a client likes, and may be why it is refused)."""
-    return repr(clip(name, NAME_CHARS))
+    return repr(clip(name, REASON_NAME_CHARS))
 
 
 @dataclass
@@ -614,12 +614,16 @@ def _span_step(
         span, attributes, events, links, step_type=step_type, scope=scope, service=service
     )
     restated = restates_usage(attributes)
+    name = _step_name(span.name, data)
+    if name[:NAME_CHARS] != span.name:
+        # The span's own name, where the step's is another (its tool's) or cut short.
+        data["otel_span"]["name"] = span.name
     step = StepCreate(
         id=span_step_id(span.trace_id, span.span_id),
         parent_id=span_step_id(span.trace_id, span.parent_span_id) if span.parent_span_id else None,
         step_type=step_type,
         status=status,
-        name=_step_name(span.name, data)[:NAME_CHARS],
+        name=name[:NAME_CHARS],
         data=data,
         error=error,
         started_at=time_of(start),

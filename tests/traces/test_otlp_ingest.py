@@ -804,6 +804,20 @@ async def test_a_tool_call_is_named_after_its_tool(user, span_name, attributes, 
         StepType.ACTION,
         "get_weather",
     )
+    # The span's own name stays findable where the step is named otherwise.
+    assert tool.data["otel_span"].get("name") == (None if name == span_name else span_name)
+
+
+async def test_a_long_span_name_names_its_step_to_200_characters_and_stays_whole(user):
+    """The step's name holds 200 characters of its span's (its column's size; a refusal's
+    reason, which shows 100, had cut it to 100); the span's whole name stays in its data."""
+    long_name = "step " + "n" * 300
+    spans = sdk_spans(lambda tracer: tracer.start_span(long_name).end())
+    token = await token_for(user)
+    assert (await post_otlp(protobuf_body(spans), token=token)).status_code == 200
+    stored = await Step.objects.aget(pk=step_of(spans[0]))
+    assert stored.name == long_name[:200]
+    assert stored.data["otel_span"]["name"] == long_name
 
 
 async def test_an_embedding_call_keeps_its_model_and_its_texts_with_their_vectors(user):
