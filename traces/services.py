@@ -21,6 +21,7 @@ import structlog
 from django.db import DataError, IntegrityError, transaction
 from django.db.models import F, Q, Window
 from django.db.models.functions import RowNumber
+from django.utils import timezone
 
 from devassist.exceptions import DomainError
 from traces.exceptions import InvalidStep, TraceNotFromOtlp, TraceOfAnotherUser
@@ -74,9 +75,17 @@ def _owned_otlp_trace(stored: Trace, *, user: Any) -> None:
 
 
 def _new_otlp_trace(
-    trace_id: uuid.UUID, *, user: Any, service: str, resource: dict[str, Any], task: str = ""
+    trace_id: uuid.UUID,
+    *,
+    user: Any,
+    service: str,
+    resource: dict[str, Any],
+    task: str = "",
+    started: datetime | None = None,
 ) -> Trace:
-    """The trace that OTLP data for an unknown ``trace_id`` opens, as ``user``'s."""
+    """The trace that OTLP data for an unknown ``trace_id`` opens, as ``user``'s; it started
+    at ``started`` (its earliest span's start), now when that is unknown or ahead."""
+    now = timezone.now()
     return Trace(
         id=trace_id,
         user=user,
@@ -84,18 +93,23 @@ def _new_otlp_trace(
         task=task,
         agent_type=service,
         metadata={OTEL_METADATA_KEY: {"trace_id": trace_id.hex, "resource": resource}},
+        created_at=min(started, now) if started else now,
     )
 
 
 def _spans_trace(spans: TraceSpans, user: Any, task: str | None) -> Trace:
     """The trace that ``spans`` open when it is new: named after its root's service when the
-    root came with them (a trace of several services is its entry point's)."""
+    root came with them (a trace of several services is its entry point's), started when the
+    first of them started (when the agent ran, not when its spans arrived: an exporter's
+    retries, a collector's queue or a backfill deliver them later)."""
+    starts = [step.started_at for step in spans.steps if step.started_at is not None]
     return _new_otlp_trace(
         spans.trace_id,
         user=user,
         service=spans.root_service or spans.service,
         resource=spans.resource,
         task=task or "",
+        started=min(starts, default=None),
     )
 
 

@@ -7,8 +7,10 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import time
 import uuid
 from collections.abc import Callable
+from datetime import UTC, datetime
 from decimal import Decimal
 from http import HTTPStatus
 from typing import Any
@@ -17,6 +19,7 @@ import httpx
 import pytest
 from asgiref.sync import sync_to_async
 from django.test import AsyncClient
+from django.utils import timezone
 from opentelemetry import trace as otel_trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
@@ -806,6 +809,31 @@ async def test_a_tool_call_is_named_after_its_tool(user, span_name, attributes, 
     )
     # The span's own name stays findable where the step is named otherwise.
     assert tool.data["otel_span"].get("name") == (None if name == span_name else span_name)
+
+
+async def test_a_trace_started_when_its_first_span_did_not_when_its_spans_arrived(user):
+    """An agent's spans delivered two days late (a collector's queue after an outage, a
+    backfill): the trace started when they ran, in the list's order and its date filters;
+    spans stamped ahead of the server's clock start it now."""
+    ran = time.time_ns() - 2 * 86_400 * 10**9
+
+    def late(tracer: otel_trace.Tracer) -> None:
+        with tracer.start_as_current_span("agent", start_time=ran, end_on_exit=False) as root:
+            tracer.start_span("llm", start_time=ran + 10**9).end(end_time=ran + 3 * 10**9)
+        root.end(end_time=ran + 4 * 10**9)
+
+    def ahead(tracer: otel_trace.Tracer) -> None:
+        tracer.start_span("skewed", start_time=time.time_ns() + 3_600 * 10**9).end()
+
+    token = await token_for(user)
+    for build in (late, ahead):
+        assert (await post_otlp(protobuf_body(sdk_spans(build)), token=token)).status_code == 200
+    skewed, old = [t async for t in Trace.objects.order_by("-created_at")]
+    assert old.created_at == datetime.fromtimestamp(ran / 1e9, tz=UTC).replace(
+        microsecond=ran // 1000 % 1_000_000
+    )
+    assert old.total_duration_ms == 4_000
+    assert (timezone.now() - skewed.created_at).total_seconds() < 60
 
 
 async def test_a_long_span_name_names_its_step_to_200_characters_and_stays_whole(user):
