@@ -12,7 +12,7 @@ from typing import Any
 from django.contrib import admin
 from django.contrib.auth import get_permission_codename
 from django.core.exceptions import PermissionDenied
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.template.loader import render_to_string
@@ -41,6 +41,26 @@ class ReadOnlyAdmin(admin.ModelAdmin):
     """Traces are written only by the trace store (runs and messages by their services); the
     admin browses them."""
 
+    #: The id fields an id pasted into the search box is looked up in (by their indexes).
+    uuid_search_fields: Sequence[str] = ()
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[Any], search_term: str
+    ) -> tuple[QuerySet[Any], bool]:
+        """An id is looked up by the id fields' indexes: Django's own ``=id`` search compares
+        the ids' text (``UPPER(id::text)``), which reads every row (a step's id among 1.5
+        million steps: 3 s)."""
+        try:
+            value = uuid.UUID(search_term.strip())
+        except ValueError:
+            value = None
+        if value is None or not self.uuid_search_fields:
+            return super().get_search_results(request, queryset, search_term)
+        matches = Q()
+        for name in self.uuid_search_fields:
+            matches |= Q(**{name: value})
+        return queryset.filter(matches), False
+
     def has_add_permission(self, request: HttpRequest, obj: object = None) -> bool:
         return False
 
@@ -67,6 +87,7 @@ class TraceAdmin(ReadOnlyAdmin):
     ]
     list_filter = ["status", "mode", "agent_type", "created_at"]
     search_fields = ["=id", "task", "user__username"]
+    uuid_search_fields = ["id"]
     list_select_related = ["user"]
     date_hierarchy = "created_at"
     show_full_result_count = False
@@ -182,6 +203,7 @@ class StepAdmin(ReadOnlyAdmin):
     ]
     list_filter = ["step_type", "status"]
     search_fields = ["=id", "=trace__id", "name", "description"]
+    uuid_search_fields = ["id", "trace_id"]
     list_select_related = ["trace", "parent"]
     show_full_result_count = False
     exclude = ["data", "path", "tool_facts"]
@@ -231,6 +253,7 @@ class TraceEventAdmin(ReadOnlyAdmin):
     list_display = ["seq", "event", "trace_link", "created_at"]
     list_filter = ["event"]
     search_fields = ["=trace__id"]
+    uuid_search_fields = ["trace_id"]
     list_select_related = ["trace"]
     show_full_result_count = False
     exclude = ["payload"]
@@ -252,6 +275,7 @@ class PendingLogEventsAdmin(ReadOnlyAdmin):
 
     list_display = ["span_id", "step_id", "records", "trace_link", "received_at"]
     search_fields = ["=trace__id", "=span_id"]
+    uuid_search_fields = ["trace_id", "step_id"]
     list_select_related = ["trace"]
     show_full_result_count = False
     exclude = ["events"]

@@ -9,7 +9,9 @@ from typing import Any
 import pytest
 from asgiref.sync import async_to_sync
 from django.contrib.auth.models import Permission, User
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 
 from devassist.models import ApiToken
 from devassist.tokens import api_token_create
@@ -338,3 +340,36 @@ def test_log_records_waiting_for_their_spans_are_listed_escaped(
     assert (
         "waiting log records" not in admin_client.get(change_url(make_trace(user))).content.decode()
     )
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("url", "field"),
+    [
+        ("/admin/traces/trace/", "id"),
+        ("/admin/traces/step/", "id"),
+        ("/admin/traces/step/", "trace_id"),
+        ("/admin/traces/traceevent/", "trace_id"),
+    ],
+)
+def test_an_id_searched_for_is_looked_up_by_its_index(
+    admin_client: Client, user: User, url: str, field: str
+) -> None:
+    """An id pasted into the search box finds its rows by the id's index: Django's ``=id``
+    search compared the ids' text (``UPPER(id::text)``), reading every row (a step's id among
+    1.5 million steps took 3 s). Other words still search the text fields."""
+    trace, other = make_trace(user, steps=3), make_trace(user, steps=2)
+    model = admin_client.get(url).context["cl"].model
+    row = trace if model is Trace else model.objects.filter(trace_id=trace.id).first()
+    value = getattr(row, field)
+
+    with CaptureQueriesContext(connection) as queries:
+        found = admin_client.get(url, {"q": f" {value} "})
+    assert found.status_code == HTTPStatus.OK
+    rows = list(found.context["cl"].result_list)
+    assert rows
+    assert all(getattr(r, field) == value for r in rows)
+    assert not any("UPPER" in query["sql"] for query in queries.captured_queries)
+    if model is Trace:
+        assert other not in rows
+        assert admin_client.get(url, {"q": "t"}).context["cl"].result_count == 2
