@@ -42,6 +42,10 @@
   }
 
   function scan() {
+    // A row the list no longer shows (another filter, another page) needs no socket.
+    for (const [id, socket] of sockets) {
+      if (document.getElementById("t-" + id)?.dataset.running === undefined) socket.close();
+    }
     document.querySelectorAll("tr[data-running]").forEach(watch);
   }
   scan();

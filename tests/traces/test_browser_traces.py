@@ -513,6 +513,28 @@ def test_running_traces_ending_together_each_refresh_their_own_row_once(
     page.unroute_all(behavior="ignoreErrors")
 
 
+def test_the_list_closes_the_sockets_of_rows_it_no_longer_shows(page, login) -> None:
+    """Running rows replaced by another filter's list close their watch sockets (they stayed
+    open until their trace sent something, forever for a stuck or rootless one)."""
+    user = login("ada")
+    for i in range(3):
+        make_trace(user, task=f"run {i}")
+    page.add_init_script(
+        "window.opened = []; const Native = window.WebSocket;"
+        " window.WebSocket = function (url) { const s = new Native(url);"
+        " window.opened.push(s); return s; };"
+        " window.WebSocket.prototype = Native.prototype;"
+    )
+    page.goto("/traces/?status=running")
+    page.wait_for_function(
+        "window.opened.length === 3 && window.opened.every((s) => s.readyState === 1)"
+    )
+    page.select_option("select[name=status]", "completed")
+    page.wait_for_function("document.querySelectorAll('tr.trace-row').length === 0")
+    page.wait_for_function("window.opened.every((s) => s.readyState === 3)")  # closed
+    assert page.evaluate("window.opened.length") == 3
+
+
 def test_the_tree_keeps_about_2000_rows_however_far_one_loads(page, login) -> None:
     user = login("ada")
     trace = make_trace(user, task="a very long run")
