@@ -27,6 +27,7 @@ import time
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
@@ -81,6 +82,8 @@ class TraceLogs:
     events: dict[uuid.UUID, list[dict[str, Any]]] = field(default_factory=dict)
     #: The OpenTelemetry span id (hex) of each step in ``events``.
     span_ids: dict[uuid.UUID, str] = field(default_factory=dict)
+    #: When the earliest of the records was emitted (observed), if any says.
+    earliest: datetime | None = None
 
     @property
     def otel_trace_id(self) -> str:
@@ -136,6 +139,9 @@ def request_log_records(
                     )
                 step_id = span_step_id(record.trace_id, record.span_id)
                 entry.events.setdefault(step_id, []).append(event)
+                moment = record.time_unix_nano or record.observed_time_unix_nano
+                if moment and (entry.earliest is None or time_of(moment) < entry.earliest):
+                    entry.earliest = time_of(moment)  # the trace's start, if they open it
                 entry.span_ids[step_id] = record.span_id.hex()
     return batch
 

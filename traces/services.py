@@ -563,7 +563,11 @@ def _logs_write(logs: TraceLogs, user: Any) -> TraceSteps:
     ``_RecordsIntoSteps``), and the trace they open when it is new."""
     return TraceSteps(
         trace=_new_otlp_trace(
-            logs.trace_id, user=user, service=logs.service, resource=logs.resource
+            logs.trace_id,
+            user=user,
+            service=logs.service,
+            resource=logs.resource,
+            started=logs.earliest,
         ),
         steps=[],
     )

@@ -6,6 +6,7 @@ input and output; bad input is refused as for spans."""
 from __future__ import annotations
 
 import functools
+import time
 import uuid
 from decimal import Decimal
 from http import HTTPStatus
@@ -42,6 +43,7 @@ from tests.traces.test_otlp_ingest import (
 )
 from traces import selectors
 from traces.models import PendingLogEvents, Step, StepType, Trace, TraceEvent, TraceStatus
+from traces.otlp import time_of
 from traces.otlp_logs import with_log_events
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -551,6 +553,22 @@ async def test_a_record_whose_trace_is_new_opens_it_once(user):
     assert "output" not in step.data
     assert await waiting_rows() == 0
     assert (await Trace.objects.aget(pk=uuid.UUID(int=spans[0].context.trace_id))).task
+
+
+async def test_a_trace_opened_by_records_started_when_the_earliest_was_emitted(user):
+    """Records delivered late, before their span (a log processor exports sooner than a span
+    processor): the trace they open started when they were emitted, not when they arrived."""
+    spans, records = sdk_spans_and_logs(legacy_chat)
+    request = logs_request(records)
+    emitted = time.time_ns() - 86_400 * 10**9
+    for offset, record in enumerate(request.resource_logs[0].scope_logs[0].log_records):
+        record.time_unix_nano = emitted + offset * 10**9
+    response = await post_otlp(
+        request.SerializeToString(), token=await token_for(user), path="/v1/logs"
+    )
+    assert response.status_code == HTTPStatus.OK
+    trace = await Trace.objects.aget(pk=uuid.UUID(int=spans[0].context.trace_id))
+    assert trace.created_at == time_of(emitted)
 
 
 async def test_records_of_spans_left_out_by_the_sampler_are_rejected(user):
