@@ -82,8 +82,12 @@ class TraceLogs:
     events: dict[uuid.UUID, list[dict[str, Any]]] = field(default_factory=dict)
     #: The OpenTelemetry span id (hex) of each step in ``events``.
     span_ids: dict[uuid.UUID, str] = field(default_factory=dict)
-    #: When the earliest of the records was emitted (observed), if any says.
-    earliest: datetime | None = None
+    #: When the earliest of the records was emitted (observed), in ns since 1970; 0: none says.
+    earliest_ns: int = 0
+
+    @property
+    def earliest(self) -> datetime | None:
+        return time_of(self.earliest_ns) if self.earliest_ns else None
 
     @property
     def otel_trace_id(self) -> str:
@@ -140,8 +144,8 @@ def request_log_records(
                 step_id = span_step_id(record.trace_id, record.span_id)
                 entry.events.setdefault(step_id, []).append(event)
                 moment = record.time_unix_nano or record.observed_time_unix_nano
-                if moment and (entry.earliest is None or time_of(moment) < entry.earliest):
-                    entry.earliest = time_of(moment)  # the trace's start, if they open it
+                if moment and (not entry.earliest_ns or moment < entry.earliest_ns):
+                    entry.earliest_ns = moment  # the trace's start, if they open it
                 entry.span_ids[step_id] = record.span_id.hex()
     return batch
 

@@ -5,7 +5,7 @@
 
   function watch(row) {
     const id = row.dataset.trace;
-    if (sockets.has(id) || !row.dataset.rowUrl) return;
+    if (sockets.has(id)) return;
     const scheme = location.protocol === "https:" ? "wss://" : "ws://";
     const url = scheme + location.host + "/api/traces/" + id + "/watch?after_seq=" + row.dataset.running;
     const socket = new WebSocket(url);
