@@ -1,4 +1,5 @@
-"""DevAssist's own middleware: the request id and the error envelope of every API error."""
+"""DevAssist's own middleware: the request id and the error envelope of every API error, and
+the login of pages' HTMX requests."""
 
 from __future__ import annotations
 
@@ -6,10 +7,15 @@ import re
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
+from urllib.parse import urlsplit
 
 import structlog
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
-from django.http import HttpRequest, HttpResponse
+from django.contrib.auth import middleware as auth_middleware
+from django.contrib.auth.views import redirect_to_login
+from django.http import HttpRequest, HttpResponse, HttpResponseBase
+from django.shortcuts import resolve_url
+from django_htmx.http import HttpResponseClientRedirect
 
 from devassist.envelope import enveloped
 
@@ -65,3 +71,25 @@ class RequestIdMiddleware:
         response = enveloped(request, response)
         response[REQUEST_ID_HEADER] = request.request_id  # type: ignore[attr-defined]
         return response
+
+
+class LoginRequiredMiddleware(auth_middleware.LoginRequiredMiddleware):
+    """Django's, except that an HTMX request of a signed-out page (a list row's refresh, the
+    list's poll for new traces, a chat message) sends the whole page to the login page, which
+    comes back to that page: redirected itself, htmx put the login page inside the fragment."""
+
+    def process_view(
+        self, request: HttpRequest, view_func: Any, view_args: Any, view_kwargs: Any
+    ) -> HttpResponseBase | None:
+        response: HttpResponseBase | None = super().process_view(
+            request, view_func, view_args, view_kwargs
+        )
+        if response is None or request.headers.get("HX-Request") != "true":
+            return response
+        page = urlsplit(request.headers.get("HX-Current-URL", ""))
+        here = "/"
+        if page.netloc == request.get_host() and page.path.startswith("/"):
+            here = f"{page.path}?{page.query}" if page.query else page.path
+        login_url = resolve_url(self.get_login_url(view_func))
+        login = redirect_to_login(here, login_url, self.get_redirect_field_name(view_func))
+        return HttpResponseClientRedirect(login.url)

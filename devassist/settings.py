@@ -62,9 +62,10 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
-    # Pages need a login; the API's views are exempt (devassist/urls.py) and answer 401 in
-    # the error envelope themselves (a session, or a bearer token).
-    "django.contrib.auth.middleware.LoginRequiredMiddleware",
+    # Pages need a login (Django's, sending a page's HTMX requests to it whole); the API's
+    # views are exempt (devassist/urls.py) and answer 401 in the error envelope themselves
+    # (a session, or a bearer token).
+    "devassist.middleware.LoginRequiredMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",

@@ -26,6 +26,8 @@ from traces.selectors import decode_cursor
 
 #: Offsets and seqs from query strings are clamped below what a bigint holds.
 MAX_QUERY_INT = 2**62
+#: The rows of a list page a poll for new traces names at most (a page has 25).
+MAX_SHOWN_ROWS = 100
 
 
 @dataclass(frozen=True)
@@ -154,6 +156,44 @@ def trace_filters(params: QueryDict, *, staff: bool) -> TraceFilters:
     return TraceFilterForm(params, staff=staff).filters()
 
 
+@dataclass(frozen=True)
+class NewTracesQuery:
+    """What a first page of the list asks when it polls for new traces (``/traces/new/``,
+    beside its filters): the ids of its rows, its ``next_cursor`` (empty when it was not full)
+    and the count of new traces it shows."""
+
+    shown: tuple[uuid.UUID, ...]
+    last: str
+    seen: int
+
+
+class NewTracesForm(forms.Form):
+    """``NewTracesQuery`` from a query string; a malformed id in ``shown`` is dropped."""
+
+    shown = forms.CharField(required=False, max_length=40 * MAX_SHOWN_ROWS)
+    last = forms.CharField(required=False, max_length=200)
+    seen = forms.IntegerField(required=False, min_value=0, max_value=MAX_QUERY_INT)
+
+    def clean_last(self) -> str:
+        last: str = self.cleaned_data["last"]
+        if last:
+            try:
+                decode_cursor(last)
+            except InvalidCursor as exc:
+                raise ValidationError("not a cursor of this list") from exc  # never shown
+        return last
+
+    def query(self) -> NewTracesQuery | None:
+        """The query; None when ``last`` or ``seen`` does not parse."""
+        if not self.is_valid():
+            return None
+        values = self.cleaned_data["shown"].split(",")[:MAX_SHOWN_ROWS]
+        shown = tuple(i for i in map(parse_step_id, values) if i)
+        return NewTracesQuery(
+            shown=shown, last=self.cleaned_data["last"], seen=self.cleaned_data["seen"] or 0
+        )
+
+
 class TreeQueryForm(forms.Form):
     """The parameters of the trace page and its fragments: ``step`` (a step id), ``offset``
     (a window's first child), ``after`` (a seq), ``open`` (a window's children opened as a
@@ -180,5 +220,5 @@ class TreeQueryForm(forms.Form):
 
 
 def parse_step_id(value: str) -> uuid.UUID | None:
-    """A step id from a path or a list parameter; None when malformed."""
+    """A step (or trace) id from a path or a list parameter; None when malformed."""
     return TreeQueryForm({"step": value}).step_id()

@@ -27,7 +27,7 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.core.cache import caches
 from django.db import connection
-from django.db.models import Count, F, Max, Min, OuterRef, Q, QuerySet, Subquery, Value
+from django.db.models import Count, F, Max, Min, OuterRef, Q, Subquery, Value
 from django.db.models.expressions import Window
 from django.db.models.fields.json import KT
 from django.db.models.functions import Coalesce, RowNumber
@@ -48,7 +48,15 @@ from traces.exceptions import (
     TreeTooLarge,
 )
 from traces.messages import is_conversation, split_message
-from traces.models import PendingLogEvents, Step, StepType, Trace, TraceEvent, TraceStatus
+from traces.models import (
+    PendingLogEvents,
+    Step,
+    StepType,
+    Trace,
+    TraceEvent,
+    TraceQuerySet,
+    TraceStatus,
+)
 from traces.projections import (
     event_dict,
     iso,
@@ -83,6 +91,8 @@ TIMELINE_DEPTH = 3
 GAP_MIN_SHARE = 0.05
 GAP_DRAWN_SHARE = 0.015
 TRACE_PAGE_SIZE = 25
+#: New traces the list counts at most (it then says "100+" and stops asking).
+NEW_TRACES_CAP = 100
 EXPORT_CHUNK = 1000
 #: A running OTLP trace that has had no new span for this long says so on its page.
 OTLP_QUIET = timedelta(minutes=5)
@@ -264,8 +274,44 @@ def _day_start(day: date) -> datetime:
 
 
 def trace_list_for(
-    *,
+    *, viewer: Any, cursor: str = "", limit: int = TRACE_PAGE_SIZE, **filters: Any
+) -> TracePage:
+    """A page of the traces ``viewer`` may see (staff everyone's), newest first, narrowed by
+    the ``filters`` that are set (``_listed_traces``), after ``cursor`` (a ``next_cursor``;
+    ``InvalidCursor``). One query."""
+    qs = _listed_traces(viewer, **filters)
+    qs = qs.select_related("user").newest_first()
+    if cursor:
+        created_at, last_id = decode_cursor(cursor)
+        qs = qs.filter(Q(created_at__lt=created_at) | Q(created_at=created_at, id__lt=last_id))
+    rows = list(qs[: limit + 1])
+    if len(rows) <= limit:
+        return TracePage(traces=rows, next_cursor=None)
+    rows = rows[:limit]
+    return TracePage(
+        traces=rows, next_cursor=cursors.encode_cursor(rows[-1].created_at, rows[-1].id)
+    )
+
+
+def new_trace_count(
+    *, viewer: Any, shown: Iterable[uuid.UUID], cap: int, last: str = "", **filters: Any
+) -> int:
+    """How many traces a first page of the list (``_listed_traces``'s ``filters``) would show
+    now that it did not: those it orders before its last row (``last``, the page's
+    ``next_cursor``; every trace when the page was not full) that are not among ``shown``, the
+    page's rows. New traces, and older ones that opened since (an OTLP trace starts when its
+    earliest span did, which may be below the page's top) or came to match the filters (a
+    status). At most ``cap``; ``InvalidCursor``. One query."""
+    qs = _listed_traces(viewer, **filters)
+    if last:
+        created_at, last_id = decode_cursor(last)
+        qs = qs.filter(Q(created_at__gt=created_at) | Q(created_at=created_at, id__gt=last_id))
+    return qs.exclude(id__in=list(shown)).order_by().values("id")[:cap].count()
+
+
+def _listed_traces(
     viewer: Any,
+    *,
     mode: str = "",
     status: str = "",
     agent_type: str = "",
@@ -273,14 +319,11 @@ def trace_list_for(
     q: str = "",
     since: date | None = None,
     until: date | None = None,
-    cursor: str = "",
-    limit: int = TRACE_PAGE_SIZE,
-) -> TracePage:
-    """A page of the traces ``viewer`` may see (staff everyone's), newest first, narrowed by
-    the filters that are set (``user``: a username; ``q``: in the task; ``since``/``until``:
-    days, both included), after ``cursor`` (a ``next_cursor``; ``InvalidCursor``). One
-    query."""
-    qs: QuerySet[Trace] = Trace.objects.visible_to(viewer).select_related("user").newest_first()
+) -> TraceQuerySet:
+    """The traces ``viewer`` may see that the list's filters that are set let through:
+    ``mode``, ``status``, ``agent_type`` (each exactly), ``user`` (a username), ``q`` (in the
+    task, case-insensitive), ``since`` and ``until`` (days, both included)."""
+    qs = Trace.objects.visible_to(viewer)
     if user:
         qs = qs.filter(user__username=user)
     if mode:
@@ -295,16 +338,7 @@ def trace_list_for(
         qs = qs.filter(created_at__gte=_day_start(since))
     if until:
         qs = qs.filter(created_at__lt=_day_start(until) + timedelta(days=1))
-    if cursor:
-        created_at, last_id = decode_cursor(cursor)
-        qs = qs.filter(Q(created_at__lt=created_at) | Q(created_at=created_at, id__lt=last_id))
-    rows = list(qs[: limit + 1])
-    if len(rows) <= limit:
-        return TracePage(traces=rows, next_cursor=None)
-    rows = rows[:limit]
-    return TracePage(
-        traces=rows, next_cursor=cursors.encode_cursor(rows[-1].created_at, rows[-1].id)
-    )
+    return qs
 
 
 def trace_events_after(

@@ -10,6 +10,7 @@ app_name = "traces"
 
 urlpatterns = [
     path("", views.trace_list, name="list"),
+    path("new/", views.trace_list_new, name="new"),
     path("<uuid:trace_id>/", views.trace_page, name="detail"),
     path("<uuid:trace_id>/row/", views.trace_list_row, name="list_row"),
     path("<uuid:trace_id>/children/<str:node>/", views.trace_children, name="children"),

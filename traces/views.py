@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import functools
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from django.http import (
@@ -17,6 +17,8 @@ from django.http import (
     StreamingHttpResponse,
 )
 from django.shortcuts import render
+from django.urls import reverse
+from django.utils.http import urlencode
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET
 
@@ -25,12 +27,20 @@ from devassist.htmx import HtmxHttpRequest
 from traces import selectors
 from traces.artifact_cards import artifact_cards
 from traces.artifacts import artifacts_of
-from traces.filters import TreeQueryForm, parse_step_id, trace_filters
+from traces.filters import (
+    NewTracesForm,
+    TraceFilters,
+    TreeQueryForm,
+    parse_step_id,
+    trace_filters,
+)
 
 R = TypeVar("R", bound=HttpResponseBase)
 
 #: Rows one ``rows/`` request answers at most; the page asks in parts of this many.
 ROWS_PER_REQUEST = 200
+#: htmx's answer that ends an element's polling.
+STOP_POLLING = 286
 
 
 def _not_found_is_404(view: Callable[..., R]) -> Callable[..., R]:
@@ -56,7 +66,62 @@ def trace_list(request: HtmxHttpRequest) -> HttpResponse:
     )
     quiet = selectors.otlp_quiet(page.traces)
     rows = [(trace, quiet.get(trace.id)) for trace in page.traces]
-    return render(request, template, {"page": page, "rows": rows, "filters": filters})
+    context: dict[str, Any] = {
+        "page": page,
+        "rows": rows,
+        "filters": filters,
+        "first_page_url": _first_page_url(filters),
+    }
+    if not filters.cursor:  # the first page asks for traces newer than its rows
+        shown = [trace.id for trace in page.traces]
+        context["new_traces"] = _new_traces(filters, shown, page.next_cursor or "", count=0)
+    return render(request, template, context)
+
+
+def _first_page_url(filters: TraceFilters) -> str:
+    """The list's first page with ``filters``."""
+    query = filters.query()
+    return f"{reverse('traces:list')}?{urlencode(query)}" if query else reverse("traces:list")
+
+
+@require_GET
+def trace_list_new(request: HtmxHttpRequest) -> HttpResponse:
+    """The first page's notice of new traces (its ``#new_traces``, which polls this): none
+    (204) while the count is the one it shows."""
+    query = NewTracesForm(request.GET).query()
+    if query is None:  # not a question the list asked
+        return HttpResponse(status=STOP_POLLING)
+    filters = trace_filters(request.GET, staff=request.user.is_staff)
+    criteria = filters.criteria()
+    criteria.pop("cursor")  # the first page's
+    count = selectors.new_trace_count(
+        viewer=request.user,
+        shown=query.shown,
+        last=query.last,
+        cap=selectors.NEW_TRACES_CAP,
+        **criteria,
+    )
+    if count == query.seen:
+        return HttpResponse(status=204)
+    context = {"new_traces": _new_traces(filters, query.shown, query.last, count=count)}
+    return render(request, "traces/list.html#new_traces", context)
+
+
+def _new_traces(
+    filters: TraceFilters, shown: Sequence[uuid.UUID], last: str, *, count: int
+) -> dict[str, Any]:
+    """The notice's context: the count, where it asks again (while under the cap) and the
+    list it shows."""
+    query = filters.query()
+    poll = {**query, "shown": ",".join(map(str, shown)), "seen": str(count)}
+    if last:
+        poll["last"] = last
+    return {
+        "count": count,
+        "capped": count >= selectors.NEW_TRACES_CAP,
+        "poll_url": f"{reverse('traces:new')}?{urlencode(poll)}",
+        "list_url": _first_page_url(filters),
+    }
 
 
 @require_GET

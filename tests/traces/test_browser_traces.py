@@ -15,6 +15,7 @@ import pytest
 
 from devassist.tokens import api_token_create
 from tests.agent.test_live_events import QUIET_S
+from tests.browser import PASSWORD
 from tests.traces.factories import step
 from traces.models import Trace
 from traces.store import OrmTraceStore, StepCreate
@@ -533,6 +534,38 @@ def test_the_list_closes_the_sockets_of_rows_it_no_longer_shows(page, login) -> 
     page.wait_for_function("document.querySelectorAll('tr.trace-row').length === 0")
     page.wait_for_function("window.opened.every((s) => s.readyState === 3)")  # closed
     assert page.evaluate("window.opened.length") == 3
+
+
+def test_new_traces_are_announced_on_the_list_and_shown_on_a_click(page, login) -> None:
+    user = login("ada")
+    make_trace(user, task="an old run")
+    page.goto("/traces/?mode=agent")
+    assert page.locator("tr.trace-row").count() == 1
+
+    make_trace(user, task="a new run")  # the page polls every 5 s
+    notice = page.locator(".new-traces[aria-live=polite] #new-traces a")
+    notice.filter(has_text="Show 1 new trace").wait_for(timeout=12_000)
+    notice.click()
+
+    page.get_by_role("link", name="a new run").wait_for()
+    assert page.locator("tr.trace-row").count() == 2
+    assert page.locator("#new-traces a").count() == 0  # a new list, a new count
+    assert page.url.endswith("/traces/?mode=agent")
+
+
+def test_a_list_signed_out_elsewhere_goes_to_the_login_and_back(page, login) -> None:
+    user = login("ada")
+    make_trace(user, task="a run")
+    page.goto("/traces/?status=running")
+
+    page.context.clear_cookies()  # signed out in another tab
+    page.wait_for_url(re.compile(r"/login/\?next="), timeout=12_000)  # at the next poll
+
+    assert page.locator("#trace-list").count() == 0  # the whole page, not a fragment in it
+    page.fill("input[name=username]", "ada")
+    page.fill("input[name=password]", PASSWORD)
+    page.click("button[type=submit]")
+    page.wait_for_url(re.compile(r"/traces/\?status=running$"))
 
 
 def test_the_tree_keeps_about_2000_rows_however_far_one_loads(page, login) -> None:

@@ -11,6 +11,7 @@ from http import HTTPStatus
 from typing import Any
 
 import pytest
+from django.conf import settings
 from django.contrib.auth.models import User
 from django.test import Client
 
@@ -193,6 +194,9 @@ def test_the_list_pages_with_a_cursor(signed_in: Client, user: User) -> None:
     assert len(second_ids) == 5
     assert set(first_ids) | set(second_ids) == {str(t.id) for t in made}
     assert "Older traces" not in second
+    assert '<a href="/traces/?status=running" hx-get="/traces/?status=running"' in second
+    assert "Newest traces" in second
+    assert "Newest traces" not in first
 
 
 def test_the_list_uses_constant_queries(
@@ -207,6 +211,200 @@ def test_the_list_uses_constant_queries(
         make_trace(user, task=f"more {i}")
     with django_assert_num_queries(4):
         signed_in.get("/traces/?q=more&status=running")
+
+
+def test_the_task_search_has_a_trigram_index(signed_in: Client, user: User) -> None:
+    """The list's ``q`` (``UPPER(task) LIKE``) finds a rare word by the index, not by reading
+    every trace (benchmarks/trace_list.py); the plan is checked with sequential scans off, as
+    a table of a few rows would otherwise be read whole."""
+    from django.db import connection
+
+    trace = make_trace(user, task="Deploy the parser")
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT indexdef FROM pg_indexes WHERE indexname = 'trace_task_trgm'")
+        (definition,) = cursor.fetchone()
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        cursor.execute("SET LOCAL enable_indexscan = off")  # the ordered scan of trace_newest
+        sql, params = (
+            Trace.objects.filter(task__icontains="parser").values("id").query.sql_with_params()
+        )
+        cursor.execute(f"EXPLAIN {sql}", params)
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+
+    assert "gin (upper(task) gin_trgm_ops)" in definition
+    assert "trace_task_trgm" in plan
+    assert f'id="t-{trace.id}"' in signed_in.get("/traces/?q=PARSER").content.decode()
+
+
+# --- the list's notice of new traces ------------------------------------------------------------
+
+
+def poll_url(html: str) -> str:
+    """The URL the first page polls for new traces."""
+    found = re.search(r'<div id="new-traces" hx-get="([^"]+)"', html)
+    assert found is not None, "the page does not poll for new traces"
+    return found.group(1).replace("&amp;", "&")
+
+
+def test_the_first_page_polls_for_new_traces_and_says_how_many_came(
+    signed_in: Client, user: User, other_user: User
+) -> None:
+    make_trace(user, task="before")
+    url = poll_url(signed_in.get("/traces/").content.decode())
+
+    assert signed_in.get(url).status_code == HTTPStatus.NO_CONTENT  # nothing new: no swap
+    make_trace(user, task="after")
+    make_trace(other_user, task="someone else's")
+    answer = signed_in.get(url)
+
+    assert answer.status_code == HTTPStatus.OK
+    html = answer.content.decode()
+    assert "Show 1 new trace<" in html.replace("\n", "").replace("  ", "")
+    assert 'href="/traces/"' in html
+    again = poll_url(html)  # it asks on, knowing it shows 1
+    assert signed_in.get(again).status_code == HTTPStatus.NO_CONTENT
+    make_trace(user, task="and another")
+    assert "Show 2 new traces" in signed_in.get(again).content.decode()
+
+
+def test_the_notice_speaks_the_readers_language(signed_in: Client, user: User) -> None:
+    signed_in.cookies[settings.LANGUAGE_COOKIE_NAME] = "zh-hans"
+    url = poll_url(signed_in.get("/traces/").content.decode())
+    for i in range(2):
+        make_trace(user, task=f"new {i}")
+
+    assert "显示 2 条新的追踪记录" in signed_in.get(url).content.decode()
+
+
+def test_new_traces_are_counted_within_the_filters_and_link_to_them(
+    signed_in: Client, user: User
+) -> None:
+    url = poll_url(signed_in.get("/traces/?q=deploy&mode=agent").content.decode())
+    make_trace(user, task="write docs")
+    assert signed_in.get(url).status_code == HTTPStatus.NO_CONTENT
+
+    make_trace(user, task="Deploy the parser")
+    html = signed_in.get(url).content.decode()
+
+    assert "Show 1 new trace" in html
+    assert 'href="/traces/?mode=agent&amp;q=deploy"' in html
+    assert 'hx-target="#trace-list"' in html
+
+
+def test_a_full_page_counts_traces_that_opened_below_its_top(signed_in: Client, user: User) -> None:
+    """An OTLP trace starts when its earliest span did: one that opens now may belong below
+    the page's top row, and shows there once the page is reloaded."""
+    made = [make_trace(user, task=f"task {i}") for i in range(selectors.TRACE_PAGE_SIZE + 2)]
+    page = signed_in.get("/traces/").content.decode()
+    url = poll_url(page)
+    assert "last=" in url
+
+    late = make_trace(user, task="opened late")
+    between = made[10].created_at + (made[11].created_at - made[10].created_at) / 2
+    Trace.objects.filter(pk=late.pk).update(created_at=between)  # on the first page
+    older = make_trace(user, task="older than the page")
+    Trace.objects.filter(pk=older.pk).update(created_at=datetime(2020, 1, 1, tzinfo=UTC))
+
+    assert "Show 1 new trace" in signed_in.get(url).content.decode()
+    reloaded = signed_in.get("/traces/").content.decode()
+    assert f'id="t-{late.id}"' in reloaded
+    assert f'id="t-{older.id}"' not in reloaded
+
+
+def test_a_trace_that_comes_to_match_the_filter_counts_and_one_that_leaves_does_not(
+    signed_in: Client, user: User
+) -> None:
+    shown = make_trace(user, task="shown")
+    elsewhere = make_trace(user, task="elsewhere")
+    Trace.objects.filter(pk=elsewhere.pk).update(status="completed")
+    url = poll_url(signed_in.get("/traces/?status=running").content.decode())
+
+    Trace.objects.filter(pk=shown.pk).update(status="completed")  # leaves: not new
+    assert signed_in.get(url).status_code == HTTPStatus.NO_CONTENT
+    Trace.objects.filter(pk=elsewhere.pk).update(status="running")  # comes: new to this list
+    assert "Show 1 new trace" in signed_in.get(url).content.decode()
+
+
+def test_the_count_stops_at_the_cap_and_so_does_the_polling(
+    signed_in: Client, user: User, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(selectors, "NEW_TRACES_CAP", 3)
+    url = poll_url(signed_in.get("/traces/").content.decode())
+    for i in range(5):
+        make_trace(user, task=f"new {i}")
+
+    html = signed_in.get(url).content.decode()
+
+    assert "Show 3+ new traces" in html
+    assert "hx-get" not in html.split('<div id="new-traces"')[1].split(">")[0]  # no more polls
+    assert "hx-trigger" not in html
+
+
+def test_only_the_first_page_polls(signed_in: Client, user: User) -> None:
+    for i in range(selectors.TRACE_PAGE_SIZE + 1):
+        make_trace(user, task=f"task {i}")
+    first = signed_in.get("/traces/").content.decode()
+    cursor = re.search(r'cursor=([^"&]+)"', first)
+    assert cursor is not None
+
+    assert 'id="new-traces"' in first
+    assert (
+        'id="new-traces"'
+        not in signed_in.get(f"/traces/?cursor={cursor.group(1)}").content.decode()
+    )
+
+
+@pytest.mark.parametrize(
+    "query",
+    ["last=bm90IGEgY3Vyc29y", "last=%%%", "seen=-1", "seen=many", f"shown={'x' * 5000}"],
+)
+def test_a_poll_the_page_did_not_ask_stops_polling(
+    signed_in: Client, user: User, query: str
+) -> None:
+    make_trace(user)
+
+    response = signed_in.get(f"/traces/new/?{query}")
+
+    assert response.status_code == 286  # htmx ends the element's polling
+    assert response.content == b""
+
+
+def test_malformed_ids_and_filters_in_a_poll_are_dropped(signed_in: Client, user: User) -> None:
+    shown = make_trace(user)
+
+    response = signed_in.get(f"/traces/new/?shown={shown.id},nope,{SCRIPT}&status=exploded")
+
+    assert response.status_code == HTTPStatus.NO_CONTENT  # the one trace is shown
+
+
+def test_a_poll_uses_one_query_past_the_session_and_user(
+    signed_in: Client, user: User, django_assert_num_queries: Any
+) -> None:
+    for i in range(selectors.TRACE_PAGE_SIZE + 3):
+        make_trace(user, task=f"t{i}")
+    url = poll_url(signed_in.get("/traces/?q=t").content.decode())
+    for i in range(3):
+        make_trace(user, task=f"t new {i}")
+    # session, user, the count
+    with django_assert_num_queries(3):
+        assert "Show 3 new traces" in signed_in.get(url).content.decode()
+    with django_assert_num_queries(3):
+        assert signed_in.get(url.replace("seen=0", "seen=3")).status_code == HTTPStatus.NO_CONTENT
+
+
+def test_a_signed_out_poll_sends_the_page_to_the_login_and_back(client: Client) -> None:
+    page = "http://testserver/traces/?status=running"
+    headers = {"HX-Request": "true", "HX-Current-URL": page}
+
+    response = client.get("/traces/new/", headers=headers)
+
+    assert response.status_code == HTTPStatus.OK  # htmx follows HX-Redirect, not a 302
+    assert response.headers["HX-Redirect"] == "/login/?next=/traces/%3Fstatus%3Drunning"
+    assert response.content == b""
+    elsewhere = {"HX-Request": "true", "HX-Current-URL": "https://evil.example/traces/"}
+    redirect = client.get("/traces/new/", headers=elsewhere).headers["HX-Redirect"]
+    assert redirect == "/login/?next=/"
+    assert client.get("/traces/new/").status_code == HTTPStatus.FOUND  # a plain request as ever
 
 
 def test_an_htmx_request_gets_only_the_list(signed_in: Client, user: User) -> None:
