@@ -86,7 +86,7 @@ def _first_page_url(filters: TraceFilters) -> str:
 
 @require_GET
 def trace_list_new(request: HtmxHttpRequest) -> HttpResponse:
-    """The first page's notice of new traces (its ``#new_traces``, which polls this): none
+    """The first page's notice of new traces (its ``#new-traces``, which polls this): none
     (204) while the count is the one it shows."""
     query = NewTracesForm(request.GET).query()
     if query is None:  # not a question the list asked

@@ -536,19 +536,25 @@ def test_the_list_closes_the_sockets_of_rows_it_no_longer_shows(page, login) -> 
     assert page.evaluate("window.opened.length") == 3
 
 
-def test_new_traces_are_announced_on_the_list_and_shown_on_a_click(page, login) -> None:
+def test_new_traces_are_announced_on_the_list_and_shown_on_a_click(
+    page, login, screenshot
+) -> None:
     user = login("ada")
-    make_trace(user, task="an old run")
+    react_trace(user, iterations=2)
+    failed = react_trace(user, iterations=3, fail_at=1)
+    Trace.objects.filter(pk=failed.pk).update(status="failed", task="Plot the latency histogram")
     page.goto("/traces/?mode=agent")
-    assert page.locator("tr.trace-row").count() == 1
+    assert page.locator("tr.trace-row").count() == 2
 
-    make_trace(user, task="a new run")  # the page polls every 5 s
+    for task in ("Summarise the release notes", "Why does the CSV import fail?"):
+        make_trace(user, task=task)  # the page asks every 5 s
     notice = page.locator(".new-traces[aria-live=polite] #new-traces a")
-    notice.filter(has_text="Show 1 new trace").wait_for(timeout=12_000)
+    notice.filter(has_text="Show 2 new traces").wait_for(timeout=12_000)
+    screenshot("list-new-traces")
     notice.click()
 
-    page.get_by_role("link", name="a new run").wait_for()
-    assert page.locator("tr.trace-row").count() == 2
+    page.get_by_role("link", name="Why does the CSV import fail?").wait_for()
+    assert page.locator("tr.trace-row").count() == 4
     assert page.locator("#new-traces a").count() == 0  # a new list, a new count
     assert page.url.endswith("/traces/?mode=agent")
 
