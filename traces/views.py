@@ -21,6 +21,7 @@ from django.urls import reverse
 from django.utils.http import urlencode
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET
+from django_htmx.http import push_url
 
 from devassist.exceptions import NotFound
 from devassist.htmx import HtmxHttpRequest
@@ -75,13 +76,19 @@ def trace_list(request: HtmxHttpRequest) -> HttpResponse:
     if not filters.cursor:  # the first page asks for traces newer than its rows
         shown = [trace.id for trace in page.traces]
         context["new_traces"] = _new_traces(filters, shown, page.next_cursor or "", count=0)
-    return render(request, template, context)
+    response = render(request, template, context)
+    if request.htmx:  # the address bar shows the filters that are set, not the form's blanks
+        push_url(response, _list_url(filters.query(cursor=filters.cursor)))
+    return response
+
+
+def _list_url(query: dict[str, str]) -> str:
+    return f"{reverse('traces:list')}?{urlencode(query)}" if query else reverse("traces:list")
 
 
 def _first_page_url(filters: TraceFilters) -> str:
     """The list's first page with ``filters``."""
-    query = filters.query()
-    return f"{reverse('traces:list')}?{urlencode(query)}" if query else reverse("traces:list")
+    return _list_url(filters.query())
 
 
 @require_GET
@@ -103,8 +110,9 @@ def trace_list_new(request: HtmxHttpRequest) -> HttpResponse:
     )
     if count == query.seen:
         return HttpResponse(status=204)
-    context = {"new_traces": _new_traces(filters, query.shown, query.last, count=count)}
-    return render(request, "traces/list.html#new_traces", context)
+    new_traces = _new_traces(filters, query.shown, query.last, count=count)
+    new_traces["arrived"] = query.seen == 0  # said once (the count is the link's)
+    return render(request, "traces/list.html#new_traces", {"new_traces": new_traces})
 
 
 def _new_traces(

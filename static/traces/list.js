@@ -1,4 +1,5 @@
-// The trace list: running traces update in place from their watch websockets.
+// The trace list: running traces update in place from their watch websockets; the focus
+// follows "Show 3 new traces" to the list it loads.
 (function () {
   "use strict";
   const sockets = new Map();
@@ -49,5 +50,12 @@
     document.querySelectorAll("tr[data-running]").forEach(watch);
   }
   scan();
-  document.body.addEventListener("htmx:afterSettle", scan);
+  document.body.addEventListener("htmx:afterSettle", (event) => {
+    scan();
+    // "Show 3 new traces" is gone with the list it replaced: the focus goes to the new list's
+    // first trace, not back to the top of the page.
+    if (event.detail.requestConfig?.elt?.classList.contains("new-traces-link")) {
+      document.querySelector("#trace-list tbody a")?.focus();
+    }
+  });
 })();

@@ -536,9 +536,7 @@ def test_the_list_closes_the_sockets_of_rows_it_no_longer_shows(page, login) -> 
     assert page.evaluate("window.opened.length") == 3
 
 
-def test_new_traces_are_announced_on_the_list_and_shown_on_a_click(
-    page, login, screenshot
-) -> None:
+def test_new_traces_are_announced_on_the_list_and_shown_on_a_click(page, login, screenshot) -> None:
     user = login("ada")
     react_trace(user, iterations=2)
     failed = react_trace(user, iterations=3, fail_at=1)
@@ -546,17 +544,48 @@ def test_new_traces_are_announced_on_the_list_and_shown_on_a_click(
     page.goto("/traces/?mode=agent")
     assert page.locator("tr.trace-row").count() == 2
 
+    first_row = page.locator("tr.trace-row").first.bounding_box()
+
     for task in ("Summarise the release notes", "Why does the CSV import fail?"):
         make_trace(user, task=task)  # the page asks every 5 s
-    notice = page.locator(".new-traces[aria-live=polite] #new-traces a")
+    notice = page.locator("#new-traces a.new-traces-link")
     notice.filter(has_text="Show 2 new traces").wait_for(timeout=12_000)
     screenshot("list-new-traces")
-    notice.click()
+    assert page.locator("tr.trace-row").first.bounding_box() == first_row  # no row moved
+    box = notice.bounding_box()
+    assert box is not None
+    assert box["y"] + box["height"] > 800 - 60  # at the bottom of the window
+    assert page.locator("#new-traces-said").inner_text() == "New traces have arrived."
+    notice.focus()
+    page.keyboard.press("Enter")
 
     page.get_by_role("link", name="Why does the CSV import fail?").wait_for()
     assert page.locator("tr.trace-row").count() == 4
     assert page.locator("#new-traces a").count() == 0  # a new list, a new count
     assert page.url.endswith("/traces/?mode=agent")
+    page.wait_for_function(  # the focus is on the list's first trace (once it settles)
+        "document.activeElement.textContent === 'Why does the CSV import fail?'"
+    )
+
+
+def test_the_language_switch_leaves_the_list_and_its_address_alone(page, login) -> None:
+    """The filters apply as their selects change, and only theirs: the header's language
+    select reloaded the list too and pushed the blank filters into the address bar."""
+    user = login("ada")
+    make_trace(user, task="a run")
+    page.goto("/traces/?status=running")
+    lists: list[str] = []
+    page.on("request", lambda r: lists.append(r.url) if "/traces/?" in r.url else None)
+
+    with page.expect_navigation():
+        page.select_option("#language-switch select", "zh-hans")
+
+    assert page.url.endswith("/traces/?status=running")
+    assert lists == [page.url]  # the page's reload in Chinese, no filter request before it
+    page.select_option("select[name=mode]", "agent")  # the filters' own selects still apply
+    page.wait_for_url(
+        re.compile(r"/traces/\?status=running&mode=agent$|/traces/\?mode=agent&status=running$")
+    )
 
 
 def test_a_list_signed_out_elsewhere_goes_to_the_login_and_back(page, login) -> None:

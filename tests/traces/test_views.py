@@ -261,10 +261,14 @@ def test_the_first_page_polls_for_new_traces_and_says_how_many_came(
     html = answer.content.decode()
     assert "Show 1 new trace<" in html.replace("\n", "").replace("  ", "")
     assert 'href="/traces/"' in html
+    assert 'id="new-traces-said"' in html  # said once, out of band, for screen readers
+    assert "New traces have arrived." in html
     again = poll_url(html)  # it asks on, knowing it shows 1
     assert signed_in.get(again).status_code == HTTPStatus.NO_CONTENT
     make_trace(user, task="and another")
-    assert "Show 2 new traces" in signed_in.get(again).content.decode()
+    more = signed_in.get(again).content.decode()
+    assert "Show 2 new traces" in more
+    assert "new-traces-said" not in more  # the count changes, nothing is said again
 
 
 def test_the_notice_speaks_the_readers_language(signed_in: Client, user: User) -> None:
@@ -405,6 +409,22 @@ def test_a_signed_out_poll_sends_the_page_to_the_login_and_back(client: Client) 
     redirect = client.get("/traces/new/", headers=elsewhere).headers["HX-Redirect"]
     assert redirect == "/login/?next=/"
     assert client.get("/traces/new/").status_code == HTTPStatus.FOUND  # a plain request as ever
+
+
+def test_an_htmx_list_pushes_the_filters_that_are_set_into_the_address_bar(
+    signed_in: Client, user: User
+) -> None:
+    """The filter form sends every field, blank ones too: the address bar (and a bookmark,
+    and a login's way back) shows only those set."""
+    make_trace(user)
+    headers = {"HX-Request": "true", "HX-Target": "trace-list"}
+
+    answer = signed_in.get("/traces/?q=&status=running&mode=&since=&until=", headers=headers)
+
+    assert answer.headers["HX-Push-Url"] == "/traces/?status=running"
+    blank = signed_in.get("/traces/?q=&status=&mode=", headers=headers)
+    assert blank.headers["HX-Push-Url"] == "/traces/"
+    assert "HX-Push-Url" not in signed_in.get("/traces/?q=").headers  # a page load
 
 
 def test_an_htmx_request_gets_only_the_list(signed_in: Client, user: User) -> None:
