@@ -21,7 +21,7 @@ from django.urls import reverse
 from django.utils.http import urlencode
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET
-from django_htmx.http import push_url
+from django_htmx.http import push_url, replace_url
 
 from devassist.exceptions import NotFound
 from devassist.htmx import HtmxHttpRequest
@@ -78,7 +78,10 @@ def trace_list(request: HtmxHttpRequest) -> HttpResponse:
         context["new_traces"] = _new_traces(filters, shown, page.next_cursor or "", count=0)
     response = render(request, template, context)
     if request.htmx:  # the address bar shows the filters that are set, not the form's blanks
-        push_url(response, _list_url(filters.query(cursor=filters.cursor)))
+        url = _list_url(filters.query(cursor=filters.cursor))
+        # The same list again ("Show 3 new traces") is no new step back.
+        same = url == request.htmx.current_url_abs_path
+        (replace_url if same else push_url)(response, url)
     return response
 
 

@@ -1,5 +1,5 @@
 // The trace list: running traces update in place from their watch websockets; the focus
-// follows "Show 3 new traces" to the list it loads.
+// follows "Show 3 new traces" and the filters follow Back and Forward.
 (function () {
   "use strict";
   const sockets = new Map();
@@ -49,13 +49,34 @@
     }
     document.querySelectorAll("tr[data-running]").forEach(watch);
   }
+  // The filters outside the list show the list's: Back and Forward restore a list and its
+  // address from htmx's history, and the form as the page first drew it.
+  function formFromAddress() {
+    const form = document.querySelector("form.trace-filters");
+    const params = new URLSearchParams(location.search);
+    for (const field of form ? form.elements : []) {
+      if (field.name) field.value = params.get(field.name) ?? "";
+    }
+  }
+
+  let focusedNotice = false;
   scan();
+  document.body.addEventListener("htmx:beforeSwap", () => {
+    focusedNotice = Boolean(document.activeElement?.closest("#new-traces"));
+  });
   document.body.addEventListener("htmx:afterSettle", (event) => {
     scan();
-    // "Show 3 new traces" is gone with the list it replaced: the focus goes to the new list's
-    // first trace, not back to the top of the page.
     if (event.detail.requestConfig?.elt?.classList.contains("new-traces-link")) {
+      // "Show 3 new traces" went with the list it replaced: the focus goes to the new list's
+      // first trace, not back to the top of the page.
       document.querySelector("#trace-list tbody a")?.focus();
+    } else if (focusedNotice) {
+      // A new count redrew the button under the focus: the focus stays on it.
+      document.querySelector("#new-traces a")?.focus();
     }
+  });
+  document.body.addEventListener("htmx:historyRestore", () => {
+    formFromAddress();
+    scan();
   });
 })();

@@ -13,6 +13,18 @@
   const rowOf = (id) => document.getElementById("s-" + id);
   const selected = () => tree() && tree().querySelector("li.node.selected");
 
+  // Signed out meanwhile (in another tab, or the session ended), the page's own fetches are
+  // redirected to the login page (they are never otherwise): the page goes there, to come back
+  // here, as its htmx requests do (devassist.middleware.LoginRequiredMiddleware).
+  function signedIn(response) {
+    if (response.redirected) {
+      const login = new URL(response.url);
+      location.assign(login.pathname + "?next=" + encodeURIComponent(location.pathname + location.search));
+      throw new Error("signed out");
+    }
+    return response;
+  }
+
   // Each load is its target's own request: htmx.ajax without a source makes every call the
   // body's, and a request made while the body has one in flight is queued and replaced by the
   // next (its promise resolved at once): of three children loads started together, the second
@@ -95,6 +107,7 @@
     const current = selected();
     const after = current ? current.dataset.seq : 0;
     fetch(base + "next/?kind=" + kind + "&after=" + after, { credentials: "same-origin" })
+      .then(signedIn)
       .then((r) => r.json())
       .then((body) => {
         if (body.step_id) jumpTo(body.step_id);
@@ -336,7 +349,7 @@
         const parts = [];
         for (let i = 0; i < all.length; i += ROWS_PER_REQUEST) {
           const url = base + "rows/?ids=" + all.slice(i, i + ROWS_PER_REQUEST).join(",");
-          parts.push(fetch(url, { credentials: "same-origin" }).then((r) => {
+          parts.push(fetch(url, { credentials: "same-origin" }).then(signedIn).then((r) => {
             if (!r.ok) throw new Error(r.statusText);
             return r.text();
           }));

@@ -568,6 +568,78 @@ def test_new_traces_are_announced_on_the_list_and_shown_on_a_click(page, login, 
     )
 
 
+def test_on_a_phone_the_new_traces_button_covers_nothing_and_keeps_the_focus(page, login) -> None:
+    """At the bottom of a full page the floating button leaves the pager uncovered; a new count
+    redraws it without taking the focus away (the poll replaces it whole)."""
+    page.set_viewport_size({"width": 390, "height": 844})
+    user = login("ada")
+    for i in range(26):
+        make_trace(user, task=f"run {i}")
+    page.goto("/traces/")
+    page.evaluate("window.scrollTo(0, document.body.scrollHeight)")
+
+    make_trace(user, task="a new run")
+    button = page.locator("#new-traces a.new-traces-link")
+    button.filter(has_text="Show 1 new trace").wait_for(timeout=12_000)
+    pager = page.get_by_role("link", name="Older traces →").bounding_box()
+    box = button.bounding_box()
+    assert pager is not None
+    assert box is not None
+    assert pager["y"] + pager["height"] <= box["y"]  # the pager above the button, uncovered
+
+    button.focus()
+    make_trace(user, task="another new run")
+    button.filter(has_text="Show 2 new traces").wait_for(timeout=12_000)
+    assert page.evaluate("document.activeElement.classList.contains('new-traces-link')")
+
+
+def test_back_and_forward_restore_the_filters_with_the_list(page, login) -> None:
+    user = login("ada")
+    make_trace(user, task="a run")
+    failed = make_trace(user, task="a failed run")
+    Trace.objects.filter(pk=failed.pk).update(status="failed")
+    page.goto("/traces/")
+    page.select_option("select[name=status]", "failed")
+    page.wait_for_url(re.compile(r"\?status=failed$"))
+    page.select_option("select[name=mode]", "agent")
+    page.wait_for_url(re.compile(r"\?mode=agent&status=failed$"))
+
+    page.go_back()
+    page.wait_for_url(re.compile(r"\?status=failed$"))
+    page.wait_for_function("document.querySelector('select[name=mode]').value === ''")
+    assert page.locator("select[name=status]").input_value() == "failed"
+    page.go_back()
+    page.wait_for_url(re.compile(r"/traces/$"))
+    page.wait_for_function("document.querySelector('select[name=status]').value === ''")
+    page.go_forward()
+    page.wait_for_function("document.querySelector('select[name=status]').value === 'failed'")
+    assert page.locator("tr.trace-row").count() == 1
+
+
+def test_a_trace_page_signed_out_elsewhere_goes_to_the_login_at_its_next_step(
+    page, login, app_server
+) -> None:
+    """Its rows are fetched, not asked by htmx: redirected to the login page, they placed
+    nothing while the header went on counting steps."""
+    user = login("ada")
+    _, token = api_token_create(user=user, name="agent")
+    trace = react_trace(user, iterations=1)
+    goal = trace.steps.get(step_type="goal")
+    page.goto(f"/traces/{trace.id}/")
+    page.locator("#live-state").filter(has_text="live").wait_for()
+
+    page.context.clear_cookies()  # signed out in another tab; the websocket stays open
+    with httpx.Client(base_url=app_server, headers={"Authorization": f"Bearer {token}"}) as api:
+        added = api.post(
+            f"/api/traces/{trace.id}/steps",
+            json={"parent_id": str(goal.id), "step_type": "thought", "name": "later"},
+        )
+        assert added.status_code == 201, added.text
+
+    page.wait_for_url(re.compile(r"/login/\?next="), timeout=10_000)
+    assert page.url.endswith(f"next=%2Ftraces%2F{trace.id}%2F")
+
+
 def test_the_language_switch_leaves_the_list_and_its_address_alone(page, login) -> None:
     """The filters apply as their selects change, and only theirs: the header's language
     select reloaded the list too and pushed the blank filters into the address bar."""

@@ -425,6 +425,11 @@ def test_an_htmx_list_pushes_the_filters_that_are_set_into_the_address_bar(
     blank = signed_in.get("/traces/?q=&status=&mode=", headers=headers)
     assert blank.headers["HX-Push-Url"] == "/traces/"
     assert "HX-Push-Url" not in signed_in.get("/traces/?q=").headers  # a page load
+    # The same list again ("Show 3 new traces") replaces the entry: Back leaves it.
+    again = {**headers, "HX-Current-URL": "http://testserver/traces/?status=running"}
+    shown = signed_in.get("/traces/?status=running", headers=again)
+    assert shown.headers["HX-Replace-Url"] == "/traces/?status=running"
+    assert "HX-Push-Url" not in shown.headers
 
 
 def test_an_htmx_request_gets_only_the_list(signed_in: Client, user: User) -> None:
