@@ -432,11 +432,17 @@ def test_steps_opened_together_all_load_their_children(page, login) -> None:
     page.unroute_all(behavior="ignoreErrors")
 
 
-def test_the_list_filters_and_opens_a_failed_trace(page, login, screenshot) -> None:
-    user = login("ada")
+def two_runs(user: Any, *, failed_task: str) -> Trace:
+    """A running trace and a failed one (``failed_task``), which it returns."""
     react_trace(user, iterations=2)
     failed = react_trace(user, iterations=3, fail_at=1)
-    Trace.objects.filter(pk=failed.pk).update(status="failed", task="The failing run")
+    Trace.objects.filter(pk=failed.pk).update(status="failed", task=failed_task)
+    return failed
+
+
+def test_the_list_filters_and_opens_a_failed_trace(page, login, screenshot) -> None:
+    user = login("ada")
+    failed = two_runs(user, failed_task="The failing run")
 
     page.goto("/traces/")
     assert page.locator("tr.trace-row").count() == 2
@@ -538,9 +544,7 @@ def test_the_list_closes_the_sockets_of_rows_it_no_longer_shows(page, login) -> 
 
 def test_new_traces_are_announced_on_the_list_and_shown_on_a_click(page, login, screenshot) -> None:
     user = login("ada")
-    react_trace(user, iterations=2)
-    failed = react_trace(user, iterations=3, fail_at=1)
-    Trace.objects.filter(pk=failed.pk).update(status="failed", task="Plot the latency histogram")
+    two_runs(user, failed_task="Plot the latency histogram")
     page.goto("/traces/?mode=agent")
     assert page.locator("tr.trace-row").count() == 2
 
