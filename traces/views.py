@@ -72,6 +72,7 @@ def trace_list(request: HtmxHttpRequest) -> HttpResponse:
         "rows": rows,
         "filters": filters,
         "first_page_url": _first_page_url(filters),
+        "older_page_url": _list_url(filters.query(cursor=page.next_cursor or "")),
     }
     if not filters.cursor:  # the first page asks for traces newer than its rows
         shown = [trace.id for trace in page.traces]
