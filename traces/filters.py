@@ -22,7 +22,7 @@ from django.utils.translation import gettext_lazy as _
 
 from traces.exceptions import InvalidCursor
 from traces.models import TraceMode, TraceStatus
-from traces.selectors import decode_cursor
+from traces.selectors import TRACE_PAGE_SIZE, decode_cursor
 
 #: Offsets and seqs from query strings are clamped below what a bigint holds.
 MAX_QUERY_INT = 2**62
@@ -43,6 +43,9 @@ class TraceFilters:
     since: date | None = None
     until: date | None = None
     cursor: str = ""
+    #: Rows the page shows. Not a filter: "Show 60 new traces" asks for as many as the page
+    #: had and the new ones (``traces.views._new_traces``); the address bar leaves it out.
+    limit: int = TRACE_PAGE_SIZE
     notices: tuple[str, ...] = ()
 
     def criteria(self) -> dict[str, Any]:
@@ -97,6 +100,7 @@ class TraceFilterForm(forms.Form):
     since = forms.DateField(required=False, input_formats=["%Y-%m-%d"])
     until = forms.DateField(required=False, input_formats=["%Y-%m-%d"])
     cursor = forms.CharField(max_length=200, required=False)
+    limit = forms.IntegerField(required=False, min_value=1, max_value=MAX_SHOWN_ROWS)
 
     def __init__(self, data: QueryDict, *, staff: bool) -> None:
         super().__init__(data)
@@ -147,6 +151,7 @@ class TraceFilterForm(forms.Form):
             since=values["since"],
             until=values["until"],
             cursor=values["cursor"] or "",
+            limit=values["limit"] or TRACE_PAGE_SIZE,
             notices=tuple(notices),
         )
 

@@ -293,6 +293,19 @@ def trace_list_for(
     )
 
 
+#: The latest traces of a viewer whose agent types the list's filter suggests.
+AGENT_TYPES_FROM = 1000
+
+
+def recent_agent_types(viewer: Any) -> list[str]:
+    """The agent types of the latest ``AGENT_TYPES_FROM`` traces ``viewer`` may see, sorted:
+    what the list's agent filter (an exact match) suggests. One query, on the index the list
+    pages with: 0.3-1.9 ms at a million traces, where the agent types of all of a user's
+    took 156 ms (benchmarks/README.md, "2026-12-07 09:35")."""
+    latest = Trace.objects.visible_to(viewer).newest_first().values_list("agent_type", flat=True)
+    return sorted(set(latest[:AGENT_TYPES_FROM]))
+
+
 def new_trace_count(
     *, viewer: Any, shown: Iterable[uuid.UUID], cap: int, last: str = "", **filters: Any
 ) -> int:

@@ -29,6 +29,7 @@ from traces import selectors
 from traces.artifact_cards import artifact_cards
 from traces.artifacts import artifacts_of
 from traces.filters import (
+    MAX_SHOWN_ROWS,
     NewTracesForm,
     TraceFilters,
     TreeQueryForm,
@@ -61,10 +62,9 @@ def _not_found_is_404(view: Callable[..., R]) -> Callable[..., R]:
 @require_GET
 def trace_list(request: HtmxHttpRequest) -> HttpResponse:
     filters = trace_filters(request.GET, staff=request.user.is_staff)
-    page = selectors.trace_list_for(viewer=request.user, **filters.criteria())
-    template = (
-        "traces/list.html#list" if request.htmx.target == "trace-list" else "traces/list.html"
-    )
+    page = selectors.trace_list_for(viewer=request.user, limit=filters.limit, **filters.criteria())
+    whole_page = request.htmx.target != "trace-list"
+    template = "traces/list.html" if whole_page else "traces/list.html#list"
     quiet = selectors.otlp_quiet(page.traces)
     rows = [(trace, quiet.get(trace.id)) for trace in page.traces]
     context: dict[str, Any] = {
@@ -74,6 +74,8 @@ def trace_list(request: HtmxHttpRequest) -> HttpResponse:
         "first_page_url": _first_page_url(filters),
         "older_page_url": _list_url(filters.query(cursor=page.next_cursor or "")),
     }
+    if whole_page:  # the filter form, outside the list
+        context["agent_types"] = selectors.recent_agent_types(request.user)
     if not filters.cursor:  # the first page asks for traces newer than its rows
         shown = [trace.id for trace in page.traces]
         context["new_traces"] = _new_traces(filters, shown, page.next_cursor or "", count=0)
@@ -123,16 +125,22 @@ def _new_traces(
     filters: TraceFilters, shown: Sequence[uuid.UUID], last: str, *, count: int
 ) -> dict[str, Any]:
     """The notice's context: the count, where it asks again (while under the cap) and the
-    list it shows."""
+    list it shows: the first page with room for the rows it shows and the new ones (up to
+    ``MAX_SHOWN_ROWS``; a page of 25 left 35 of "Show 60 new traces" among the older pages)."""
     query = filters.query()
     poll = {**query, "shown": ",".join(map(str, shown)), "seen": str(count)}
     if last:
         poll["last"] = last
+    rows = min(len(shown) + count, MAX_SHOWN_ROWS)
     return {
         "count": count,
         "capped": count >= selectors.NEW_TRACES_CAP,
         "poll_url": f"{reverse('traces:new')}?{urlencode(poll)}",
-        "list_url": _first_page_url(filters),
+        "list_url": (
+            _list_url({**query, "limit": str(rows)})
+            if rows > selectors.TRACE_PAGE_SIZE
+            else _first_page_url(filters)
+        ),
     }
 
 

@@ -72,7 +72,7 @@
       document.querySelector("#trace-list tbody a")?.focus();
     } else if (focusedNotice) {
       // A new count redrew the button under the focus: the focus stays on it.
-      document.querySelector("#new-traces a")?.focus();
+      document.querySelector("#new-traces button")?.focus();
     }
   });
   document.body.addEventListener("htmx:historyRestore", () => {

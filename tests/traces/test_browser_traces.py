@@ -552,7 +552,7 @@ def test_new_traces_are_announced_on_the_list_and_shown_on_a_click(page, login, 
 
     for task in ("Summarise the release notes", "Why does the CSV import fail?"):
         make_trace(user, task=task)  # the page asks every 5 s
-    notice = page.locator("#new-traces a.new-traces-link")
+    notice = page.locator("#new-traces button.new-traces-link")
     notice.filter(has_text="Show 2 new traces").wait_for(timeout=12_000)
     screenshot("list-new-traces")
     assert page.locator("tr.trace-row").first.bounding_box() == first_row  # no row moved
@@ -561,11 +561,11 @@ def test_new_traces_are_announced_on_the_list_and_shown_on_a_click(page, login, 
     assert box["y"] + box["height"] > 800 - 60  # at the bottom of the window
     assert page.locator("#new-traces-said").inner_text() == "New traces have arrived."
     notice.focus()
-    page.keyboard.press("Enter")
+    page.keyboard.press(" ")  # a button: Space as well as Enter (Space scrolled the link's page)
 
     page.get_by_role("link", name="Why does the CSV import fail?").wait_for()
     assert page.locator("tr.trace-row").count() == 4
-    assert page.locator("#new-traces a").count() == 0  # a new list, a new count
+    assert page.locator("#new-traces button").count() == 0  # a new list, a new count
     assert page.url.endswith("/traces/?mode=agent")
     page.wait_for_function(  # the focus is on the list's first trace (once it settles)
         "document.activeElement.textContent === 'Why does the CSV import fail?'"
@@ -583,7 +583,7 @@ def test_on_a_phone_the_new_traces_button_covers_nothing_and_keeps_the_focus(pag
     page.evaluate("window.scrollTo(0, document.body.scrollHeight)")
 
     make_trace(user, task="a new run")
-    button = page.locator("#new-traces a.new-traces-link")
+    button = page.locator("#new-traces button.new-traces-link")
     button.filter(has_text="Show 1 new trace").wait_for(timeout=12_000)
     pager = page.get_by_role("link", name="Older traces →").bounding_box()
     box = button.bounding_box()

@@ -204,13 +204,32 @@ def test_the_list_uses_constant_queries(
 ) -> None:
     for i in range(3):
         make_trace(user, task=f"t{i}")
-    # session, user, the page, the user's theme
-    with django_assert_num_queries(4):
+    # session, user, the page, the agent types the filter suggests, the user's theme
+    with django_assert_num_queries(5):
         signed_in.get("/traces/")
     for i in range(20):
         make_trace(user, task=f"more {i}")
-    with django_assert_num_queries(4):
+    with django_assert_num_queries(5):
         signed_in.get("/traces/?q=more&status=running")
+    # A list the filters redraw: no form, no suggestions.
+    with django_assert_num_queries(3):
+        signed_in.get("/traces/?q=more", headers={"HX-Request": "true", "HX-Target": "trace-list"})
+
+
+def test_the_agent_filter_suggests_the_viewers_agent_types(
+    signed_in: Client, user: User, other_user: User
+) -> None:
+    make_trace(user, agent_type="support-bot")
+    make_trace(user, agent_type="my-agent")
+    make_trace(user, agent_type="my-agent")
+    make_trace(other_user, agent_type="someone-elses")
+    make_trace(user, agent_type=SCRIPT)
+
+    html = signed_in.get("/traces/").content.decode()
+
+    datalist = html.split('<datalist id="agent-types">')[1].split("</datalist>")[0]
+    assert re.findall(r'<option value="([^"]*)">', datalist) == [ESCAPED, "my-agent", "support-bot"]
+    assert 'list="agent-types"' in html
 
 
 def test_the_task_search_has_a_trigram_index(signed_in: Client, user: User) -> None:
@@ -260,7 +279,7 @@ def test_the_first_page_polls_for_new_traces_and_says_how_many_came(
     assert answer.status_code == HTTPStatus.OK
     html = answer.content.decode()
     assert "Show 1 new trace<" in html.replace("\n", "").replace("  ", "")
-    assert 'href="/traces/"' in html
+    assert 'hx-get="/traces/"' in html
     assert 'id="new-traces-said"' in html  # said once, out of band, for screen readers
     assert "New traces have arrived." in html
     again = poll_url(html)  # it asks on, knowing it shows 1
@@ -291,8 +310,7 @@ def test_new_traces_are_counted_within_the_filters_and_link_to_them(
     html = signed_in.get(url).content.decode()
 
     assert "Show 1 new trace" in html
-    assert 'href="/traces/?mode=agent&amp;q=deploy"' in html
-    assert 'hx-target="#trace-list"' in html
+    assert 'hx-get="/traces/?mode=agent&amp;q=deploy" hx-target="#trace-list"' in html
 
 
 def test_a_full_page_counts_traces_that_opened_below_its_top(signed_in: Client, user: User) -> None:
@@ -313,6 +331,54 @@ def test_a_full_page_counts_traces_that_opened_below_its_top(signed_in: Client, 
     reloaded = signed_in.get("/traces/").content.decode()
     assert f'id="t-{late.id}"' in reloaded
     assert f'id="t-{older.id}"' not in reloaded
+
+
+def test_show_new_traces_shows_every_new_one_with_the_rows_the_page_had(
+    signed_in: Client, user: User
+) -> None:
+    """A page of 25 showed 25 of "Show 40 new traces": the rest were among the older pages."""
+    shown = [make_trace(user, task=f"old {i}") for i in range(selectors.TRACE_PAGE_SIZE + 5)]
+    url = poll_url(signed_in.get("/traces/?mode=agent").content.decode())
+    new = [make_trace(user, task=f"new {i}") for i in range(40)]
+
+    html = signed_in.get(url).content.decode()
+    assert "Show 40 new traces" in html
+    assert '<button type="button" class="new-traces-link"' in html
+    found = re.search(r'hx-get="([^"]+)" hx-target="#trace-list"', html)
+    assert found is not None
+    list_url = found.group(1).replace("&amp;", "&")
+    assert list_url == "/traces/?mode=agent&limit=65"
+
+    current = "http://testserver/traces/?mode=agent"
+    headers = {"HX-Request": "true", "HX-Target": "trace-list", "HX-Current-URL": current}
+    answer = signed_in.get(list_url, headers=headers)
+
+    listed = re.findall(r'id="t-([0-9a-f-]{36})"', answer.content.decode())
+    expected = [t.id for t in [*reversed(new), *reversed(shown)]][:65]
+    assert listed == [str(i) for i in expected]
+    assert answer.headers["HX-Replace-Url"] == "/traces/?mode=agent"  # the filters, as before
+    older = re.search(r'hx-get="(/traces/\?[^"]*cursor=[^"]+)"', answer.content.decode())
+    assert older is not None
+    assert "limit" not in older.group(1)  # older pages are pages of 25 again
+
+
+def test_show_new_traces_stops_at_a_hundred_rows(
+    signed_in: Client, user: User, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(selectors, "NEW_TRACES_CAP", 90)
+    for i in range(selectors.TRACE_PAGE_SIZE):
+        make_trace(user, task=f"old {i}")
+    url = poll_url(signed_in.get("/traces/").content.decode())
+    for i in range(90):
+        make_trace(user, task=f"new {i}")
+
+    html = signed_in.get(url).content.decode()
+
+    assert "Show 90+ new traces" in html
+    assert 'hx-get="/traces/?limit=100"' in html
+    too_many = signed_in.get("/traces/?limit=101").content.decode()
+    assert "Ignored limit" in too_many
+    assert len(re.findall(r'id="t-[0-9a-f-]{36}"', too_many)) == selectors.TRACE_PAGE_SIZE
 
 
 def test_a_trace_that_comes_to_match_the_filter_counts_and_one_that_leaves_does_not(
@@ -554,8 +620,8 @@ def test_the_list_marks_quiet_otlp_traces_in_one_query(
     own = react_trace(user)
     Step.objects.filter(trace=own).update(created_at=datetime.now(UTC) - timedelta(hours=2))
 
-    # session, user, the page, the quiet traces, the user's theme
-    with django_assert_num_queries(5):
+    # session, user, the page, the quiet traces, the agent types, the user's theme
+    with django_assert_num_queries(6):
         content = signed_in.get("/traces/").content.decode()
 
     marked = {
