@@ -10,6 +10,7 @@ is the step ``uuid5(OTEL_STEP_NAMESPACE, "<trace id hex><span id hex>")``.
 
 from __future__ import annotations
 
+import ast
 import base64
 import binascii
 import json
@@ -478,10 +479,10 @@ def _set_root(entry: TraceSpans, span: Span, step: StepCreate, service: str) -> 
         return
     entry.root_service = service
     entry.ended_by = step.id
+    # The step's status, not the span's: a tool call whose framework says it failed (its
+    # span ended OK) ends its trace failed too.
     entry.complete = (
-        TraceStatus.FAILED
-        if span.status.code == Status.STATUS_CODE_ERROR
-        else TraceStatus.COMPLETED
+        TraceStatus.FAILED if step.status == StepStatus.FAILED else TraceStatus.COMPLETED
     )
     entry.duration_ms = step.duration_ms
     given = step.data.get("input")
@@ -602,17 +603,22 @@ def _span_step(
         for link in span.links
     ]
     step_type = step_type_of(attributes, is_root=not span.parent_span_id)
-    failed = span.status.code == Status.STATUS_CODE_ERROR
+    data, tool_error = _step_data(
+        span, attributes, events, links, step_type=step_type, scope=scope, service=service
+    )
+    failed = span.status.code == Status.STATUS_CODE_ERROR or bool(tool_error)
     error = ""
     if failed:
-        error = span.status.message or _exception_text(events) or "The span ended with an error."
+        error = (
+            span.status.message
+            or _exception_text(events)
+            or tool_error
+            or "The span ended with an error."
+        )
     if not end:
         status = StepStatus.RUNNING
     else:
         status = StepStatus.FAILED if failed else StepStatus.COMPLETED
-    data = _step_data(
-        span, attributes, events, links, step_type=step_type, scope=scope, service=service
-    )
     restated = restates_usage(attributes)
     name = _step_name(span.name, data)
     if name[:NAME_CHARS] != span.name:
@@ -1133,11 +1139,14 @@ def _step_data(
     step_type: str,
     scope: str,
     service: str,
-) -> dict[str, Any]:
+) -> tuple[dict[str, Any], str]:
     """The step's data: what a reader looks for first (the tool's name, arguments and
     result for an ``action``; the model, usage, input and output otherwise), then every
-    other attribute, the events, the links, and the span's own facts under ``otel_span``."""
+    other attribute, the events, the links, and the span's own facts under ``otel_span``;
+    and what went wrong where a tool call's framework says the call failed (its span ended
+    OK: ``_tool_return``), "" otherwise."""
     data: dict[str, Any] = {}
+    tool_error = ""
     inputs = _lift(attributes, _INPUT_KEYS, "input.mime_type")
     outputs = _lift(attributes, _OUTPUT_KEYS, "output.mime_type")
     lists = _gather_lists(attributes)
@@ -1168,6 +1177,10 @@ def _step_data(
         if arguments is not None and inputs is not None:
             data["input"] = inputs
         result = _lift(attributes, _TOOL_RESULT_KEYS)
+        returned = _tool_return(outputs) if result is None else None
+        if returned is not None:
+            # The framework's object stays whole as the output, beside the result it holds.
+            result, tool_error = returned.result, returned.error
         data["result"] = result if result is not None else outputs
         if result is not None and outputs is not None:
             data["output"] = outputs
@@ -1218,4 +1231,88 @@ def _step_data(
     # Named so that it sorts after the rest (PostgreSQL keeps a JSON object's keys shortest
     # first, and the detail pane shows them in that order).
     data["otel_span"] = otel
-    return data
+    return data, tool_error
+
+
+@dataclass(frozen=True)
+class _ToolReturn:
+    """What a tool call returned, read out of its framework's object: the result, and what
+    went wrong where the framework says the call failed ("" where it does not)."""
+
+    result: Any
+    error: str = ""
+
+
+#: A failed tool call's error when its framework's object says no more than that it failed.
+_TOOL_FAILED = "The tool reported an error."
+
+
+def _tool_return(output: Any) -> _ToolReturn | None:
+    """The result a tool call's output holds when the output is its framework's object (a
+    dump, as OpenInference's LangChain and LlamaIndex instrumentations record their TOOL
+    spans' output), JSON text or parsed; None for any other output, which is the result as
+    it is. The object is told by the fields that make it one, never by a ``content`` key
+    alone, which a tool's own result may have:
+
+    - LangChain's ``ToolMessage`` (a tool invoked with a tool call, as LangGraph's
+      ``ToolNode`` does): ``type`` ``"tool"`` and a ``tool_call_id``. Its result is its
+      ``content``; ``status: "error"`` is a failure (a tool that handles its own errors).
+      openinference-instrumentation-langchain records it as ``{"type": "tool", "data": {…}}``
+      (0.1.62 on), as its fields alone (0.1.48 to 0.1.61), or as its ``str()`` under
+      ``output`` (up to 0.1.47: ``_tool_message_str``).
+    - LlamaIndex's ``ToolOutput`` (``FunctionTool.call``): a ``tool_name`` with ``raw_input``
+      and ``raw_output``, and its text as ``content`` (llama-index-core up to 0.12.44) or as
+      ``blocks``. Its result is ``raw_output``, the tool's own return value (the text is
+      that value's ``str()``: a dict's Python repr), or the text where that is null;
+      ``is_error`` is a failure."""
+    value = as_structured(output)
+    if not isinstance(value, dict):
+        return None
+    if value.keys() == {"type", "data"} and value["type"] == "tool":
+        value = value["data"]  # LangChain's ``message_to_dict``
+    elif value.keys() == {"output"} and isinstance(value["output"], str):
+        return _tool_message_str(value["output"])
+    if not isinstance(value, dict):
+        return None
+    if value.get("type") == "tool" and isinstance(value.get("tool_call_id"), str):
+        if "content" not in value:
+            return None
+        content = value["content"]
+        failed = value.get("status") == "error"
+        return _ToolReturn(content, (_as_text(content) or _TOOL_FAILED) if failed else "")
+    if isinstance(value.get("tool_name"), str) and {"raw_input", "raw_output"} <= value.keys():
+        if "content" in value:
+            text = _as_text(value["content"])
+        elif isinstance(value.get("blocks"), list):
+            text = "\n".join(
+                block["text"]
+                for block in value["blocks"]
+                if isinstance(block, dict) and isinstance(block.get("text"), str)
+            )
+        else:
+            return None
+        raw = value["raw_output"]
+        result = raw if raw is not None else text
+        failed = value.get("is_error") is True
+        return _ToolReturn(result, (text or _as_text(raw) or _TOOL_FAILED) if failed else "")
+    return None
+
+
+#: ``str()`` of LangChain's ``ToolMessage``: its ``content`` first, as a Python string
+#: literal, then its other fields that are not their defaults (``status='error'`` last).
+_TOOL_MESSAGE_STR = re.compile(r"""content=('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")( .*)""", re.DOTALL)
+
+
+def _tool_message_str(text: str) -> _ToolReturn | None:
+    """The result of a ``ToolMessage`` that openinference-instrumentation-langchain up to
+    0.1.47 recorded as its ``str()`` (``content='42' name='add' tool_call_id='call_1'``, its
+    tool run's output under ``output``); None for any other text."""
+    found = _TOOL_MESSAGE_STR.fullmatch(text)
+    if found is None or " tool_call_id=" not in found[2]:
+        return None
+    try:
+        content = ast.literal_eval(found[1])
+    except (SyntaxError, ValueError):
+        return None
+    failed = found[2].endswith(" status='error'")
+    return _ToolReturn(content, (content or _TOOL_FAILED) if failed else "")
