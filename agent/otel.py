@@ -22,6 +22,7 @@ its queue is full). Prompts and completions go out only when
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import threading
 import uuid
@@ -47,6 +48,7 @@ from agent.llm import get_llm
 from agent.models import AgentRun, RunStatus
 from agent.projections import step_times_ns
 from traces.models import Step, StepStatus, StepType
+from traces.outcomes import step_outcome
 from traces.projections import clip
 
 logger = structlog.get_logger(__name__)
@@ -170,7 +172,9 @@ def _pipeline_for(config: OtelConfig) -> _Pipeline:
             exporter = OTLPSpanExporter(endpoint=config.endpoint)
         _pipeline = _Pipeline(
             config=config,
-            processor=BatchSpanProcessor(_RequestsWithin(exporter, EXPORT_REQUEST_BYTES)),
+            processor=BatchSpanProcessor(
+                _RequestsWithin(exporter, EXPORT_REQUEST_BYTES, endpoint=config.endpoint)
+            ),
             resource=Resource.create({SERVICE_NAME: config.service_name}),
             sampler=TracerProvider(shutdown_on_exit=False).sampler,
         )
@@ -186,15 +190,28 @@ EXPORT_REQUEST_BYTES = 3 * 1024 * 1024
 class _RequestsWithin(SpanExporter):
     """``exporter``, with each batch the processor hands it split into requests that encode
     to at most ``max_bytes`` (halved until they do): one run whose messages are huge then
-    fails its own request alone, not the other runs batched with it."""
+    fails its own request alone, not the other runs batched with it. A request the exporter
+    gives up on (after the SDK's retries) is logged as ``otel_export_dropped`` with where it
+    went and how many spans and runs it held: the SDK's own line names neither (a wrong path
+    said only "405, Method Not Allowed")."""
 
-    def __init__(self, exporter: SpanExporter, max_bytes: int) -> None:
+    def __init__(self, exporter: SpanExporter, max_bytes: int, *, endpoint: str) -> None:
         self._exporter = exporter
         self._max_bytes = max_bytes
+        url = urlsplit(endpoint)  # without what a URL may hide in its user part or query
+        self._endpoint = url._replace(netloc=url.netloc.rpartition("@")[2], query="").geturl()
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        results = [self._exporter.export(part) for part in self._parts(spans)]
-        ok = all(result == SpanExportResult.SUCCESS for result in results)
+        ok = True
+        for part in self._parts(spans):
+            if self._exporter.export(part) != SpanExportResult.SUCCESS:
+                ok = False
+                logger.warning(
+                    "otel_export_dropped",
+                    endpoint=self._endpoint,
+                    spans=len(part),
+                    runs=len({span.context.trace_id for span in part if span.context}),
+                )
         return SpanExportResult.SUCCESS if ok else SpanExportResult.FAILURE
 
     def _parts(self, spans: Sequence[ReadableSpan]) -> list[Sequence[ReadableSpan]]:
@@ -295,24 +312,48 @@ def _text(value: Any) -> str:
 
 
 def _messages(transcript: list[dict[str, Any]], *, finish_reason: str | None = None) -> str:
-    """``transcript`` (``{"role", "content"}`` and the tools' ``{"role": "tool", "name",
-    "content"}``) in the form of ``gen_ai.input.messages``, or with ``finish_reason`` (which
-    an output message must carry) of ``gen_ai.output.messages``: each message's content as
-    parts, a tool's result as a ``tool_call_response``."""
+    """``transcript`` (``{"role", "content"}``, an assistant's with the ``tool_calls`` it asked
+    for, and the tools' ``{"role": "tool", "id", "name", "content"}``) in the form of
+    ``gen_ai.input.messages``, or with ``finish_reason`` (which an output message must carry)
+    of ``gen_ai.output.messages``: each message's content as parts, a tool call it asks for as
+    a ``tool_call`` (a reply that only asks for tools has no text part: it said nothing), a
+    tool's result as a ``tool_call_response``."""
     messages = []
     for message in transcript:
         content = message.get("content")
         shown: dict[str, Any] = {"role": message["role"]}
         if message["role"] == "tool":
             shown["name"] = message.get("name")
-            shown["parts"] = [{"type": "tool_call_response", "response": content}]
+            response: dict[str, Any] = {"type": "tool_call_response", "response": content}
+            if message.get("id"):
+                response["id"] = message["id"]
+            shown["parts"] = [response]
         else:
             text = _text(content if content is not None else "")
-            shown["parts"] = [{"type": "text", "content": text}]
+            calls = [_tool_call_part(call) for call in message.get("tool_calls") or []]
+            shown["parts"] = [{"type": "text", "content": text}] if text or not calls else []
+            shown["parts"] += calls
         if finish_reason is not None:
             shown["finish_reason"] = finish_reason
         messages.append(shown)
     return _text(messages)
+
+
+def _tool_call_part(call: Any) -> dict[str, Any]:
+    """A tool call the model asked for (a thought step's ``tool_calls`` entry: ``id``,
+    ``name`` and ``arguments``, the JSON text the model wrote) as a ``tool_call`` part, its
+    arguments parsed when they parse."""
+    call = call if isinstance(call, dict) else {}
+    arguments = call.get("arguments")
+    if isinstance(arguments, str):
+        with contextlib.suppress(ValueError):  # else as the model wrote them
+            arguments = json.loads(arguments)
+    return {
+        "type": "tool_call",
+        "id": call.get("id"),
+        "name": call.get("name"),
+        "arguments": arguments,
+    }
 
 
 def _bounded(
@@ -451,19 +492,29 @@ def run_spans(
                 attributes["gen_ai.usage.output_tokens"] = usage.get("completion_tokens") or 0
             if data.get("finish_reason"):
                 attributes["gen_ai.response.finish_reasons"] = [str(data["finish_reason"])]
-            output = data.get("output", "")
+            reply = {"role": "assistant", "content": data.get("output", "")}
+            if isinstance(data.get("tool_calls"), list):
+                reply["tool_calls"] = data["tool_calls"]
+            # A call that recorded its own prompt (the conversation's title) was asked that,
+            # not the run's conversation, and is no part of it.
+            own_prompt = data.get("input")
+            asked = isinstance(own_prompt, list)
+            prompt = transcript
+            if isinstance(own_prompt, list):
+                prompt = [m for m in own_prompt if isinstance(m, dict) and "role" in m]
             start, end = step_times_ns(step)
             content, events = _content(
                 capture,
-                transcript,
-                [{"role": "assistant", "content": output}],
+                prompt,
+                [reply],
                 start=start,
                 end=end,
                 limits=limits,
                 finish_reason=str(data.get("finish_reason") or "stop"),
             )
             attributes.update(content)
-            transcript.append({"role": "assistant", "content": output})
+            if not asked:
+                transcript.append(reply)
             failed = step.status == StepStatus.FAILED
             spans.append(
                 span(
@@ -496,10 +547,24 @@ def run_spans(
                 if result is not None:
                     attributes["gen_ai.tool.call.result"] = _text(outcome)
             if result is not None:
-                transcript.append({"role": "tool", "name": tool, "content": outcome})
+                transcript.append(
+                    {"role": "tool", "id": data.get("call_id"), "name": tool, "content": outcome}
+                )
             error = None
             if step.is_error or (result is not None and result.is_error):
-                error = (result.error if result else "") or step.error or "The tool call failed."
+                # Its outcome says what the trace page says: "exit code 1", "timed out after
+                # 5 s", "blocked: os.system" (a result without an error text of its own).
+                reason = (
+                    step_outcome(result.step_type, result.status, "", result.tool_facts).reason
+                    if result is not None
+                    else ""
+                )
+                error = (
+                    (result.error if result else "")
+                    or reason
+                    or step.error
+                    or "The tool call failed."
+                )
             spans.append(span(f"execute_tool {tool}", step, attributes, error=error))
         elif step.step_type in (StepType.MEMORY_READ, StepType.MEMORY_WRITE):
             spans.append(
@@ -531,8 +596,10 @@ def _agent_span(
     limits: SpanLimits,
 ) -> ReadableSpan:
     """The run's own span, ``invoke_agent devassist``, from its goal step (the run's times
-    when it has none); as ``capture`` allows, its task and its answer (``answer``, the run's
-    last ``response`` step)."""
+    when it has none), with its user's id (as the Langfuse export sends it); as ``capture``
+    allows, its task and its answer (``answer``, the run's last ``response`` step), also as
+    OpenInference's ``input.value`` / ``output.value``, the run's question and answer in
+    Phoenix's lists of traces and sessions (which showed ``--`` for every run)."""
     if goal is not None:
         start, end = step_times_ns(goal)
     else:
@@ -551,7 +618,13 @@ def _agent_span(
         attributes["gen_ai.request.model"] = run.model
     if run.conversation_id:
         attributes["gen_ai.conversation.id"] = str(run.conversation_id)
+    if run.user_id is not None:
+        attributes["user.id"] = str(run.user_id)
     data = answer.data if answer is not None and isinstance(answer.data, dict) else {}
+    if capture.attributes:
+        attributes["input.value"] = run.input
+        if "answer" in data:
+            attributes["output.value"] = _text(data["answer"])
     content, events = _content(
         capture,
         [{"role": "user", "content": run.input}],

@@ -76,6 +76,7 @@ async def title_from_model(
             name="title",
             status=StepStatus.FAILED,
             error=str(exc)[:500],
+            data={"input": messages},
             started_at=datetime.fromtimestamp(started_at, tz=UTC),
         )
         await in_thread(get_trace_store().add_steps_sync, run.trace_id, [failed])
@@ -90,7 +91,9 @@ async def title_from_model(
         name="title",
         started_at=started_at,
         description=title,
-        data={"title_stored": stored},
+        # What it was asked: the trace page shows it, and the OTel export sends it as this
+        # call's prompt (not the run's conversation, which it is no part of).
+        data={"input": messages, "title_stored": stored},
     )
     await in_thread(get_trace_store().add_steps_sync, run.trace_id, [recorded])
     logger.info("conversation_titled", run_id=str(run.id), stored=stored)

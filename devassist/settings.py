@@ -401,9 +401,23 @@ OTEL_EXPORTER_OTLP_ENDPOINT = _otlp_endpoint("OTEL_EXPORTER_OTLP_ENDPOINT")
 OTEL_EXPORTER_OTLP_TRACES_ENDPOINT = _otlp_endpoint("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
 OTEL_SDK_DISABLED = env_bool("OTEL_SDK_DISABLED", default=False)
 # Prompts, completions, tool arguments and results leave only when this allows it (true,
-# span_only, event_only, span_and_event).
-OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT = env_str(
-    "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+# span_only, event_only, span_and_event; agent.otel.Capture). Any other value than these and
+# the ones that say no stops the start: a misspelt "on" left the content out silently.
+OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT = env_choice(
+    "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT",
+    "no_content",
+    (
+        "no_content",
+        "false",
+        "0",
+        "no",
+        "true",
+        "1",
+        "yes",
+        "span_only",
+        "event_only",
+        "span_and_event",
+    ),
 )
 
 LOG_FORMAT = env_str("LOG_FORMAT", "console" if DEBUG else "json")

@@ -23,6 +23,7 @@ from urllib.parse import urlsplit
 
 import grpc
 import pytest
+import structlog
 from django.utils import timezone
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
@@ -40,6 +41,7 @@ from agent.otel import model_attributes, otel_flush, otel_reset, span_id_of
 from tests.agent.test_langfuse import LangfuseReceiver
 from tests.conftest import token_client
 from tests.servers import free_port
+from traces.models import Step
 
 pytestmark = pytest.mark.django_db
 
@@ -330,6 +332,146 @@ def test_content_goes_out_only_when_allowed(
     tool = attributes(received["execute_tool execute_code"])
     assert json.loads(tool["gen_ai.tool.call.arguments"]) == {"timeout_s": 0}
     assert "code" in tool["gen_ai.tool.call.result"]
+
+
+def test_a_reply_that_asks_for_tools_goes_out_with_its_tool_calls(
+    otel_on, scripted, user, settings, monkeypatch
+):
+    """Native tool calling: the reply's tool calls are ``tool_call`` parts (it went out as
+    an empty text), and each result answers its call by id; the root carries the question,
+    the answer (``input.value`` / ``output.value``, which Phoenix lists) and the user."""
+    settings.AGENT_PROTOCOL = "tools"
+    settings.OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT = "span_only"
+    scripted.script(
+        [
+            {
+                "tool_calls": [{"name": "execute_code", "arguments": {"timeout_s": 0}}],
+                "usage": USAGE,
+            },
+            {"content": "It is 42.", "usage": USAGE},
+        ]
+    )
+    response = token_client(user).post(
+        "/agent", data=json.dumps({"message": "What is 6*7?"}), content_type="application/json"
+    )
+    assert response.status_code == HTTPStatus.OK, response.content
+    assert otel_flush()
+    spans = otel_on.spans()
+    first, second = sorted(
+        (span for span, _ in spans if span.name.startswith("chat")),
+        key=lambda span: span.start_time_unix_nano,
+    )
+
+    (reply,) = json.loads(attributes(first)["gen_ai.output.messages"])
+    assert reply == {
+        "role": "assistant",
+        "parts": [
+            {
+                "type": "tool_call",
+                "id": "call_1",
+                "name": "execute_code",
+                "arguments": {"timeout_s": 0},
+            }
+        ],
+        "finish_reason": "tool_calls",
+    }
+    user_turn, asked, answered = json.loads(attributes(second)["gen_ai.input.messages"])
+    assert user_turn["parts"] == [{"type": "text", "content": "What is 6*7?"}]
+    assert asked["parts"] == reply["parts"]
+    assert answered["role"] == "tool"
+    assert answered["parts"][0]["type"] == "tool_call_response"
+    assert answered["parts"][0]["id"] == "call_1"
+    root = attributes(next(span for span, _ in spans if span.name == "invoke_agent devassist"))
+    assert root["input.value"] == "What is 6*7?"
+    assert root["output.value"] == "It is 42."
+    assert root["user.id"] == str(user.pk)
+
+
+def test_the_title_call_goes_out_with_the_prompt_it_was_sent(otel_on, api, scripted, settings):
+    """The conversation's title is a model call of its own: its span's input is the title
+    prompt, not the run's conversation, which it is no part of."""
+    settings.CHAT_TITLES = "model"
+    settings.OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT = "span_only"
+    scripted.script(["Use SANDBOX_MEMORY_MB.", "Sandbox memory"])
+    body = {"message": "How do I change the memory?", "use_agent": False, "use_rag": False}
+    response = api.post("/chat", data=json.dumps(body), content_type="application/json")
+    assert response.status_code == HTTPStatus.OK, response.content
+    assert otel_flush()
+
+    chats = sorted(
+        (span for span, _ in otel_on.spans() if span.name.startswith("chat")),
+        key=lambda span: span.start_time_unix_nano,
+    )
+    answer, title = (json.loads(attributes(c)["gen_ai.input.messages"]) for c in chats)
+    assert [m["role"] for m in answer] == ["user"]
+    sent = scripted.requests[1]["messages"]
+    assert [(m["role"], m["parts"][0]["content"]) for m in title] == [
+        (m["role"], m["content"]) for m in sent
+    ]
+    step = Step.objects.get(trace_id=response.json()["trace_id"], name="title")
+    assert step.data["input"] == sent  # the trace page shows what it was asked
+
+
+def test_a_request_the_collector_refuses_is_logged_with_where_and_how_many(
+    settings, receiver, scripted, user
+):
+    """The SDK's own line said "405, Method Not Allowed" and no more."""
+    port = urlsplit(receiver.base_url).port
+    settings.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT = (
+        f"http://ops:secret@127.0.0.1:{port}/v1/traces/v1/traces?key=secret"
+    )
+    with structlog.testing.capture_logs() as logs:
+        agent_run(user, scripted)
+        otel_flush()
+
+    (dropped,) = [entry for entry in logs if entry["event"] == "otel_export_dropped"]
+    assert dropped["endpoint"] == f"http://127.0.0.1:{port}/v1/traces/v1/traces"
+    assert (dropped["spans"], dropped["runs"]) == (4, 1)
+    assert not receiver.exports
+
+
+def test_a_failed_tool_call_says_what_failed_as_the_trace_page_does():
+    """A run of code that exits with 1 has no error text: its span said only "The tool call
+    failed."."""
+    from opentelemetry.sdk.resources import Resource
+
+    from agent.otel import Capture, run_spans
+
+    run = AgentRun(id=uuid.uuid4(), trace_id=uuid.uuid4(), input="Run it.")
+    now = timezone.now()
+    action = Step(
+        id=uuid.uuid4(),
+        step_type="action",
+        name="execute_code",
+        started_at=now,
+        data={"tool_name": "execute_code", "arguments": {"code": "exit(1)"}},
+    )
+    result = Step(
+        id=uuid.uuid4(),
+        parent_id=action.id,
+        step_type="result",
+        status="failed",
+        started_at=now,
+        data={"result": {"exit_code": 1}},
+        tool_facts={"exit_code": 1},
+    )
+
+    spans = run_spans(
+        run, [action, result], resource=Resource.create(), capture=Capture(), model={}
+    )
+
+    tool = next(span for span in spans if span.name == "execute_tool execute_code")
+    assert tool.status.description == "exit code 1"
+
+
+def test_a_content_setting_it_does_not_know_stops_the_start():
+    """``on`` left the content out silently."""
+    name = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+    refused = _otlp_setting(name, **{name: "on"})
+    assert refused.returncode != 0
+    assert f"{name} must be one of no_content, false" in refused.stderr
+    for given, kept in [("SPAN_ONLY", "span_only"), ("", "no_content"), ("false", "false")]:
+        assert _otlp_setting(name, **{name: given}).stdout.strip() == kept
 
 
 def test_long_content_is_cut_to_the_standard_limit(otel_on, scripted, user, settings, monkeypatch):
@@ -626,7 +768,10 @@ def test_a_batch_goes_in_requests_within_the_size_and_in_order():
         )
         for index, size in enumerate(sizes)
     ]
-    assert _RequestsWithin(Recorder(), 3_000).export(spans) == SpanExportResult.SUCCESS
+    assert (
+        _RequestsWithin(Recorder(), 3_000, endpoint="http://collector").export(spans)
+        == SpanExportResult.SUCCESS
+    )
     assert [name for request in sent for name in request] == [span.name for span in spans]
     assert ["s2"] in sent
     assert len(sent) < len(spans)
