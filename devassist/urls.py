@@ -7,7 +7,7 @@ from django.urls import URLPattern, URLResolver, include, path, re_path
 
 from devassist import views
 from devassist.api import api
-from traces.otlp_api import otlp_logs, otlp_metrics, otlp_traces
+from traces.otlp_api import otlp_elsewhere, otlp_logs, otlp_metrics, otlp_traces
 
 
 def api_urls() -> tuple[list[URLPattern | URLResolver], str, str]:
@@ -32,6 +32,7 @@ urlpatterns = [
     re_path(r"^v1/traces/?$", otlp_traces, name="otlp_traces"),
     re_path(r"^v1/logs/?$", otlp_logs, name="otlp_logs"),
     re_path(r"^v1/metrics/?$", otlp_metrics, name="otlp_metrics"),
+    re_path(r"^v1/(?P<rest>.*)$", otlp_elsewhere, name="otlp_elsewhere"),
     path("ui/theme", views.theme_switch, name="theme"),
     path("ui/language", views.language_switch, name="language"),
     path("jsi18n/", views.javascript_catalog, name="javascript-catalog"),

@@ -1,5 +1,6 @@
 """``POST /v1/traces`` and ``POST /v1/logs``: OTLP/HTTP ingestion (protobuf or JSON, gzip);
-``/v1/metrics`` says that DevAssist keeps no metrics.
+``/v1/metrics`` says that DevAssist keeps no metrics, and any other path under ``/v1/`` where
+OTLP goes.
 
 Plain views, not part of the Ninja API: the protocol's bodies are protobuf as often as JSON
 and its errors are ``google.rpc.Status`` messages, not the API's envelope. They authenticate
@@ -154,6 +155,31 @@ async def otlp_metrics(request: HttpRequest) -> HttpResponse:
     """404 with a ``google.rpc.Status`` (``UNIMPLEMENTED``) that says how to stop sending
     metrics: SDK set-ups that export traces to an endpoint often export metrics there too, and
     an exporter logs its failures with the answer's message."""
+    return _answer(OtlpError(HTTPStatus.NOT_FOUND, NO_METRICS), _error_encoding(request))
+
+
+#: The longest a path is quoted back (``otlp_elsewhere``).
+PATH_QUOTED_CHARS = 200
+
+
+@csrf_exempt
+@login_not_required
+async def otlp_elsewhere(request: HttpRequest, rest: str) -> HttpResponse:
+    """404 with a ``google.rpc.Status`` that says where OTLP goes, for any other path under
+    ``/v1/``: most often a base URL variable given the signal's path too, which the exporter
+    then adds again (``/v1/traces/v1/traces``). It was Django's 404 page (20 KB of HTML with
+    ``DEBUG``)."""
+    path = request.path[:PATH_QUOTED_CHARS]
+    message = (
+        f"No OTLP endpoint at {path}: DevAssist takes spans at /v1/traces and log records at "
+        "/v1/logs. OTEL_EXPORTER_OTLP_ENDPOINT is the server's base URL (http://host:port), "
+        "to which the exporter adds /v1/traces itself; a full URL goes in "
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT."
+    )
+    return _answer(OtlpError(HTTPStatus.NOT_FOUND, message), _error_encoding(request))
+
+
+def _error_encoding(request: HttpRequest) -> str:
+    """JSON for a request that is JSON, else protobuf (what the exporters send by default)."""
     content_type = request.headers.get("Content-Type", "")
-    encoding = JSON if content_type.lower().startswith(JSON) else PROTOBUF
-    return _answer(OtlpError(HTTPStatus.NOT_FOUND, NO_METRICS), encoding)
+    return JSON if content_type.lower().startswith(JSON) else PROTOBUF

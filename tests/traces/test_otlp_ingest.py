@@ -1789,6 +1789,22 @@ async def test_metrics_are_refused_with_how_to_stop_sending_them(user, encoding)
     assert "OTEL_METRICS_EXPORTER=none" in message
 
 
+@pytest.mark.parametrize("encoding", [PROTOBUF, JSON])
+async def test_a_path_given_twice_says_where_otlp_goes(user, encoding):
+    """An endpoint variable given the signal's path as well (the exporter adds it again)."""
+    response = await post_otlp(
+        b"{}" if encoding == JSON else b"",
+        token=await token_for(user),
+        content_type=encoding,
+        path="/v1/traces/v1/traces",
+    )
+    assert response.status_code == HTTPStatus.NOT_FOUND
+    assert response.headers["content-type"].startswith(encoding)
+    _, message = rpc_status(response)
+    assert message.startswith("No OTLP endpoint at /v1/traces/v1/traces: ")
+    assert "OTEL_EXPORTER_OTLP_ENDPOINT is the server's base URL" in message
+
+
 async def test_a_chain_of_spans_deeper_than_a_step_may_be_is_refused(user):
     """10,000 spans each the parent of the next, in one small request, took 105 s and 162 MB
     of paths to store: spans nested past ``MAX_STEP_DEPTH`` refuse their trace's write."""
