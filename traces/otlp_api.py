@@ -27,7 +27,6 @@ from traces.otlp import (
     JSON,
     LOGS,
     NO_METRICS,
-    PROTOBUF,
     TRACES,
     Limits,
     OtlpError,
@@ -114,8 +113,7 @@ def _answer(error: OtlpError, encoding: str) -> HttpResponse:
 
 
 async def _receive(request: HttpRequest, signal: Signal) -> HttpResponse:
-    content_type = request.headers.get("Content-Type", "")
-    answer_encoding = JSON if content_type.lower().startswith(JSON) else PROTOBUF
+    answer_encoding = _error_encoding(request)
     try:
         if request.method != "POST":
             raise OtlpError(HTTPStatus.METHOD_NOT_ALLOWED, f"Send the {signal.items} with POST.")
@@ -180,6 +178,9 @@ async def otlp_elsewhere(request: HttpRequest, rest: str) -> HttpResponse:
 
 
 def _error_encoding(request: HttpRequest) -> str:
-    """JSON for a request that is JSON, else protobuf (what the exporters send by default)."""
-    content_type = request.headers.get("Content-Type", "")
-    return JSON if content_type.lower().startswith(JSON) else PROTOBUF
+    """The encoding an error is answered in: the request's (``encoding_of``), else JSON, which
+    someone trying the endpoint with curl can read (a 415 for ``text/plain`` was protobuf)."""
+    try:
+        return encoding_of(request.headers.get("Content-Type", ""))
+    except OtlpError:
+        return JSON
