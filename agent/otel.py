@@ -464,7 +464,11 @@ def run_spans(
             context=context(step),
             parent=root_context,
             resource=resource,
-            attributes=_bounded({"devassist.step_id": str(step.id), **attributes}, limits),
+            # The step's name tells the model calls apart ("iteration 2", "title").
+            attributes=_bounded(
+                {"devassist.step_id": str(step.id), "devassist.step_name": step.name, **attributes},
+                limits,
+            ),
             events=events or [],
             kind=kind,
             status=status,

@@ -410,6 +410,7 @@ def test_the_title_call_goes_out_with_the_prompt_it_was_sent(otel_on, api, scrip
     ]
     step = Step.objects.get(trace_id=response.json()["trace_id"], name="title")
     assert step.data["input"] == sent  # the trace page shows what it was asked
+    assert [attributes(c)["devassist.step_name"] for c in chats] == ["chat", "title"]
 
 
 def test_a_request_the_collector_refuses_is_logged_with_where_and_how_many(
