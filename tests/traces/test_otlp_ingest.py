@@ -1779,33 +1779,31 @@ async def test_get_is_405(user):
 
 
 @pytest.mark.parametrize("encoding", [PROTOBUF, JSON])
-async def test_metrics_are_refused_with_how_to_stop_sending_them(user, encoding):
+@pytest.mark.parametrize(
+    ("path", "opening", "says"),
+    [
+        ("/v1/metrics", "DevAssist keeps traces and logs", "OTEL_METRICS_EXPORTER=none"),
+        # An endpoint variable given the signal's path as well (the exporter adds it again).
+        (
+            "/v1/traces/v1/traces",
+            "No OTLP endpoint at /v1/traces/v1/traces: ",
+            "OTEL_EXPORTER_OTLP_ENDPOINT is the server's base URL",
+        ),
+    ],
+)
+async def test_other_paths_say_where_otlp_goes(user, encoding, path, opening, says):
     response = await post_otlp(
         b"{}" if encoding == JSON else b"",
         token=await token_for(user),
         content_type=encoding,
-        path="/v1/metrics",
-    )
-    assert response.status_code == HTTPStatus.NOT_FOUND
-    code, message = rpc_status(response)
-    assert code == 12  # UNIMPLEMENTED
-    assert "OTEL_METRICS_EXPORTER=none" in message
-
-
-@pytest.mark.parametrize("encoding", [PROTOBUF, JSON])
-async def test_a_path_given_twice_says_where_otlp_goes(user, encoding):
-    """An endpoint variable given the signal's path as well (the exporter adds it again)."""
-    response = await post_otlp(
-        b"{}" if encoding == JSON else b"",
-        token=await token_for(user),
-        content_type=encoding,
-        path="/v1/traces/v1/traces",
+        path=path,
     )
     assert response.status_code == HTTPStatus.NOT_FOUND
     assert response.headers["content-type"].startswith(encoding)
-    _, message = rpc_status(response)
-    assert message.startswith("No OTLP endpoint at /v1/traces/v1/traces: ")
-    assert "OTEL_EXPORTER_OTLP_ENDPOINT is the server's base URL" in message
+    code, message = rpc_status(response)
+    assert code == 12  # UNIMPLEMENTED
+    assert message.startswith(opening)
+    assert says in message
 
 
 async def test_a_chain_of_spans_deeper_than_a_step_may_be_is_refused(user):
