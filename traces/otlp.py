@@ -1173,9 +1173,13 @@ def _step_data(
             # without a JSON mime type (smolagents').
             parsed = json_text_value(inputs)
             inputs = parsed if isinstance(parsed, dict) else inputs
-        data["arguments"] = arguments if arguments is not None else inputs
-        if arguments is not None and inputs is not None:
+        if arguments is None:
+            arguments = _named_arguments(inputs)
+            if arguments is not inputs:
+                data["input"] = inputs  # as it came, beside the arguments it holds
+        elif inputs is not None:
             data["input"] = inputs
+        data["arguments"] = arguments
         result = _lift(attributes, _TOOL_RESULT_KEYS)
         returned = _tool_return(outputs) if result is None else None
         if returned is not None:
@@ -1245,6 +1249,20 @@ class _ToolReturn:
 
 #: A failed tool call's error when its framework's object says no more than that it failed.
 _TOOL_FAILED = "The tool reported an error."
+
+
+def _named_arguments(inputs: Any) -> Any:
+    """A Python tool call's input as the named arguments it holds: LlamaIndex records a call
+    as ``{"kwargs": {...}}``, OpenLLMetry a function's as ``{"args": [], "kwargs": {...}}``.
+    Anything else (positional arguments among it) is returned as it is."""
+    if (
+        isinstance(inputs, dict)
+        and isinstance(inputs.get("kwargs"), dict)
+        and set(inputs) <= {"args", "kwargs"}
+        and not inputs.get("args")
+    ):
+        return inputs["kwargs"]
+    return inputs
 
 
 def _tool_return(output: Any) -> _ToolReturn | None:

@@ -294,3 +294,51 @@ async def test_a_tool_result_that_only_looks_like_a_framework_s_object_stays_as_
     assert tool.status == StepStatus.COMPLETED
     assert tool.data["result"] == output
     assert "output" not in tool.data
+
+
+@pytest.mark.parametrize(
+    ("span_name", "attributes", "arguments"),
+    [
+        pytest.param("FunctionTool.acall", LLAMA_INDEX["add"], {"a": 40, "b": 2}, id="llama-index"),
+        pytest.param(
+            "get_weather.tool",
+            {
+                "traceloop.span.kind": "tool",
+                "traceloop.entity.name": "get_weather",
+                "traceloop.entity.input": '{"args": [], "kwargs": {"city": "Paris"}}',
+            },
+            {"city": "Paris"},
+            id="openllmetry",
+        ),
+    ],
+)
+async def test_a_python_call_s_named_arguments_are_the_tool_s_arguments(
+    user, span_name, attributes, arguments
+):
+    """LlamaIndex's ``{"kwargs": {...}}`` (OpenLLMetry's with empty ``args``) was stored, and
+    shown, as the call's arguments; they are what it holds, and the input stays whole."""
+    tool = await tool_step(user, span_name, attributes)
+    assert tool.data["arguments"] == arguments
+    given = attributes.get("input.value") or attributes["traceloop.entity.input"]
+    assert tool.data["input"] == json.loads(given)
+
+
+@pytest.mark.parametrize(
+    "inputs",
+    [
+        {"args": [1, 2], "kwargs": {}},  # positional arguments: no names to show them by
+        {"kwargs": {"a": 1}, "verbose": True},  # a tool's own argument named kwargs
+        {"kwargs": "a=1"},
+        {"query": "memory"},
+    ],
+)
+async def test_any_other_tool_input_is_its_arguments_as_it_came(user, inputs):
+    attributes = {
+        "openinference.span.kind": "TOOL",
+        "tool.name": "lookup",
+        "input.value": json.dumps(inputs),
+        "input.mime_type": JSON_MIME,
+    }
+    tool = await tool_step(user, "lookup", attributes)
+    assert tool.data["arguments"] == inputs
+    assert "input" not in tool.data

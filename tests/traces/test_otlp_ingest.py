@@ -448,7 +448,8 @@ async def test_an_openllmetry_trace_maps_entities_tools_and_usage(user):
     assert steps["openai.embeddings"].tokens == 4
     tool = steps["get_weather.tool"]
     assert tool.data["tool_name"] == "get_weather"
-    assert tool.data["arguments"] == {"args": [], "kwargs": {"city": "Paris"}}
+    assert tool.data["arguments"] == {"city": "Paris"}
+    assert tool.data["input"] == {"args": [], "kwargs": {"city": "Paris"}}
     assert tool.data["result"] == {"sky": "rain", "celsius": 14}
     assert "traceloop.entity.input" not in tool.data["attributes"]
     assert (trace.total_tokens, root["subtree_tokens"]) == (31, 31)
@@ -882,8 +883,10 @@ async def test_an_embedding_call_keeps_its_model_and_its_texts_with_their_vector
 @pytest.mark.parametrize(
     ("given", "arguments"),
     [
-        # smolagents' tool input: JSON text of an object, without a JSON mime type.
-        ('{"args": [], "kwargs": {"city": "Paris"}}', {"args": [], "kwargs": {"city": "Paris"}}),
+        # smolagents' tool input: JSON text of an object, without a JSON mime type; the
+        # named arguments of a Python call.
+        ('{"args": [], "kwargs": {"city": "Paris"}}', {"city": "Paris"}),
+        ('{"city": "Paris"}', {"city": "Paris"}),
         # Text that is no object stays as it came.
         ("Paris", "Paris"),
         ("[1, 2]", "[1, 2]"),
