@@ -77,6 +77,11 @@ class Iteration:
 class Recorder(Protocol):
     """Where the loop reports what happens, as it happens (the trace and the SSE stream)."""
 
+    def model_calling(self, name: str, messages: Sequence[ChatMessage]) -> None:
+        """The model is about to be sent ``messages``, for the step ``name``: a call that
+        never returns (it fails, the run is stopped) is recorded as that step all the same."""
+        ...
+
     async def model_replied(self, iteration: Iteration) -> None: ...
 
     async def tool_started(self, iteration: Iteration) -> None: ...
@@ -124,6 +129,7 @@ async def run_react(
     for index in range(1, config.max_iterations + 1):
         ran = index
         iteration = Iteration(index=index, started_at=time.time(), started=time.monotonic())
+        recorder.model_calling(f"iteration {index}", messages)
         response, streamed = await _call_model(
             llm, messages, recorder, protocol, definitions, tool_names
         )
@@ -183,6 +189,7 @@ async def run_react(
     # Out of iterations (or of patience with the format): one "answer now" call.
     messages.append(protocol.answer_now())
     iteration = Iteration(index=ran + 1, started_at=time.time(), started=time.monotonic())
+    recorder.model_calling(f"iteration {ran + 1}", messages)
     response, streamed = await _call_model(llm, messages, recorder, protocol, definitions, ())
     reply = protocol.read(response, tool_names=())
     iteration.response, iteration.reply = response, reply

@@ -9,7 +9,7 @@ from contextlib import aclosing
 
 import structlog
 
-from agent.knowledge.rag import rag_answer
+from agent.knowledge.rag import rag_answer, rag_messages
 from agent.knowledge.search import SearchResult
 from agent.llm.base import ChatMessage, LLMProvider, LLMResponse
 from agent.loop import LoopConfig, run_react
@@ -84,6 +84,7 @@ async def _chat(
         {"role": "user", "content": run.input},
     ]
     started_at, started = time.time(), time.monotonic()
+    recorder.model_calling("chat", messages)
     text = ""
     response: LLMResponse | None = None
     # Closed on the way out, so a cancellation while a delta is recorded closes the HTTP stream.
@@ -120,6 +121,10 @@ async def _answer_from_documents(
         await recorder.retrieved(
             chunks, collection=collection, started_at=started_at, started=started
         )
+        if chunks and llm.writes_free_text:
+            # ``rag_answer`` asks the model next (with no chunks, or no model that writes,
+            # it answers from the passages itself).
+            recorder.model_calling("answer", rag_messages(run.input, chunks))
 
     async def delta(text: str) -> None:
         nonlocal streamed

@@ -6,16 +6,17 @@ unless ``OTEL_SDK_DISABLED`` is true; over OTLP/HTTP with protobuf, or OTLP/gRPC
 ``OTEL_EXPORTER_OTLP_PROTOCOL`` (or ``OTEL_EXPORTER_OTLP_TRACES_PROTOCOL``) is ``grpc``. The
 SDK reads the other standard variables itself (``OTEL_EXPORTER_OTLP_HEADERS``, ``_TIMEOUT``,
 ``_COMPRESSION``, ``_INSECURE``, ``OTEL_BSP_*``, ``OTEL_SERVICE_NAME``,
-``OTEL_RESOURCE_ATTRIBUTES``, ``OTEL_TRACES_SAMPLER``). The only module that imports the OTel
-SDK's exporters.
+``OTEL_RESOURCE_ATTRIBUTES``, ``OTEL_TRACES_SAMPLER``), but for the queue's and the batch's
+sizes, which the settings read (``_QueueRoom`` counts against the queue's). The only module
+that imports the OTel SDK's exporters.
 
 The run's trace is its single record, so the export is derived from it once the run has
 finished (``otel_run_finished``, called by the recorder after the run's last write): its steps
 are read in one query and become spans with the steps' own times and ids (the trace id is the
 DevAssist trace id's 128 bits, a span id the last 64 bits of its step id), handed to the SDK's
 ``BatchSpanProcessor``. Its worker thread batches and sends them; a run never waits for it,
-and a collector that is down or slow costs the run nothing (the processor drops spans when
-its queue is full). Prompts and completions go out only when
+and a collector that is down or slow costs the run nothing (a run that finds the queue full
+is left out, whole). Prompts and completions go out only when
 ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` allows it.
 """
 
@@ -102,6 +103,10 @@ class OtelConfig:
     service_name: str
     #: ``http/protobuf`` or ``grpc`` (``settings.OTLP_EXPORT_PROTOCOLS``).
     protocol: str
+    #: The most spans waiting to go out (``OTEL_BSP_MAX_QUEUE_SIZE``), and the most sent
+    #: in one batch (``OTEL_BSP_MAX_EXPORT_BATCH_SIZE``).
+    queue_size: int = 2048
+    batch_size: int = 512
 
     @classmethod
     def current(cls) -> OtelConfig | None:
@@ -123,6 +128,11 @@ class OtelConfig:
             endpoint=endpoint,
             capture=Capture.of(settings.OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT),
             service_name=_service_name(),
+            queue_size=settings.OTEL_BSP_MAX_QUEUE_SIZE,
+            # No bigger than the queue: the SDK refuses a bigger batch at every export.
+            batch_size=min(
+                settings.OTEL_BSP_MAX_EXPORT_BATCH_SIZE, settings.OTEL_BSP_MAX_QUEUE_SIZE
+            ),
         )
 
 
@@ -134,10 +144,37 @@ def _service_name() -> str:
     return AGENT_NAME if not name or name.startswith("unknown_service") else name
 
 
+class _QueueRoom:
+    """The room left in the processor's queue, counted on both sides of it: the spans put in
+    (``take``) and the spans its thread handed to the exporter (``left``). The SDK drops the
+    oldest queued span for each one past its size, which tears earlier runs apart in the
+    backend; so a run that does not fit is left out whole instead. The count errs on the full
+    side (a batch is counted out when the exporter gets it, just after it left the queue)."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self._put = 0
+        self._out = 0
+        self._lock = threading.Lock()
+
+    def take(self, count: int) -> bool:
+        """Room for ``count`` spans, taken; False (and nothing taken) when they do not fit."""
+        with self._lock:
+            if self._put - self._out + count > self.capacity:
+                return False
+            self._put += count
+            return True
+
+    def left(self, count: int) -> None:
+        with self._lock:
+            self._out += count
+
+
 @dataclass(frozen=True)
 class _Pipeline:
     config: OtelConfig
     processor: BatchSpanProcessor
+    room: _QueueRoom
     resource: Resource
     #: Which runs go out: ``OTEL_TRACES_SAMPLER`` (and its ``_ARG``), as the SDK's tracer
     #: reads it (``parentbased_always_on``, every run, by default).
@@ -170,11 +207,17 @@ def _pipeline_for(config: OtelConfig) -> _Pipeline:
             exporter = GrpcSpanExporter(endpoint=config.endpoint)
         else:
             exporter = OTLPSpanExporter(endpoint=config.endpoint)
+        room = _QueueRoom(config.queue_size)
         _pipeline = _Pipeline(
             config=config,
             processor=BatchSpanProcessor(
-                _RequestsWithin(exporter, EXPORT_REQUEST_BYTES, endpoint=config.endpoint)
+                _RequestsWithin(
+                    exporter, EXPORT_REQUEST_BYTES, endpoint=config.endpoint, room=room
+                ),
+                max_queue_size=config.queue_size,
+                max_export_batch_size=config.batch_size,
             ),
+            room=room,
             resource=Resource.create({SERVICE_NAME: config.service_name}),
             sampler=TracerProvider(shutdown_on_exit=False).sampler,
         )
@@ -193,15 +236,20 @@ class _RequestsWithin(SpanExporter):
     fails its own request alone, not the other runs batched with it. A request the exporter
     gives up on (after the SDK's retries) is logged as ``otel_export_dropped`` with where it
     went and how many spans and runs it held: the SDK's own line names neither (a wrong path
-    said only "405, Method Not Allowed")."""
+    said only "405, Method Not Allowed"). Each batch it gets has left the queue ``room``
+    counts."""
 
-    def __init__(self, exporter: SpanExporter, max_bytes: int, *, endpoint: str) -> None:
+    def __init__(
+        self, exporter: SpanExporter, max_bytes: int, *, endpoint: str, room: _QueueRoom
+    ) -> None:
         self._exporter = exporter
         self._max_bytes = max_bytes
+        self._room = room
         url = urlsplit(endpoint)  # without what a URL may hide in its user part or query
         self._endpoint = url._replace(netloc=url.netloc.rpartition("@")[2], query="").geturl()
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        self._room.left(len(spans))
         ok = True
         for part in self._parts(spans):
             if self._exporter.export(part) != SpanExportResult.SUCCESS:
@@ -268,10 +316,13 @@ def _flush_at_exit() -> None:
         logger.warning("otel_exit_flush_timed_out", seconds=EXIT_FLUSH_S)
 
 
-async def otel_run_finished(*, run: AgentRun) -> None:
+async def otel_run_finished(
+    *, run: AgentRun, prompts: Mapping[uuid.UUID, Sequence[Mapping[str, Any]]]
+) -> None:
     """Export ``run`` (finished: its trace holds its last steps) when the export is on: its
     steps are read here (one query) and its spans queued for the SDK's worker thread, which
-    sends them; this returns without waiting. Never raises."""
+    sends them; this returns without waiting. ``prompts``: the messages each model call was
+    sent, by its step's id. Never raises."""
     config = OtelConfig.current()
     if config is None or run.trace_id is None:
         return
@@ -287,7 +338,20 @@ async def otel_run_finished(*, run: AgentRun) -> None:
             resource=pipeline.resource,
             capture=config.capture,
             model=model_attributes(get_llm().describe()),
+            prompts=prompts,
         )
+        if not pipeline.room.take(len(spans)):
+            # The collector is down or slower than the runs end: this run waits for no room.
+            logger.warning(
+                "otel_run_dropped",
+                run_id=str(run.id),
+                spans=len(spans),
+                queue_size=pipeline.room.capacity,
+                reason="the export queue is full (OTEL_BSP_MAX_QUEUE_SIZE)"
+                if len(spans) <= pipeline.room.capacity
+                else "the run has more spans than the export queue holds (OTEL_BSP_MAX_QUEUE_SIZE)",
+            )
+            return
         for span in spans:
             pipeline.processor.on_end(span)
         logger.info("otel_run_queued", run_id=str(run.id), spans=len(spans))
@@ -311,9 +375,10 @@ def _text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
 
 
-def _messages(transcript: list[dict[str, Any]], *, finish_reason: str | None = None) -> str:
-    """``transcript`` (``{"role", "content"}``, an assistant's with the ``tool_calls`` it asked
-    for, and the tools' ``{"role": "tool", "id", "name", "content"}``) in the form of
+def _messages(transcript: Sequence[Mapping[str, Any]], *, finish_reason: str | None = None) -> str:
+    """``transcript`` (chat messages as the model is sent them: ``{"role", "content"}``, an
+    assistant's with the ``tool_calls`` it asked for, a tool's result with its
+    ``tool_call_id``) in the form of
     ``gen_ai.input.messages``, or with ``finish_reason`` (which an output message must carry)
     of ``gen_ai.output.messages``: each message's content as parts, a tool call it asks for as
     a ``tool_call`` (a reply that only asks for tools has no text part: it said nothing), a
@@ -323,10 +388,9 @@ def _messages(transcript: list[dict[str, Any]], *, finish_reason: str | None = N
         content = message.get("content")
         shown: dict[str, Any] = {"role": message["role"]}
         if message["role"] == "tool":
-            shown["name"] = message.get("name")
             response: dict[str, Any] = {"type": "tool_call_response", "response": content}
-            if message.get("id"):
-                response["id"] = message["id"]
+            if message.get("tool_call_id"):
+                response["id"] = message["tool_call_id"]
             shown["parts"] = [response]
         else:
             text = _text(content if content is not None else "")
@@ -341,17 +405,20 @@ def _messages(transcript: list[dict[str, Any]], *, finish_reason: str | None = N
 
 def _tool_call_part(call: Any) -> dict[str, Any]:
     """A tool call the model asked for (a thought step's ``tool_calls`` entry: ``id``,
-    ``name`` and ``arguments``, the JSON text the model wrote) as a ``tool_call`` part, its
+    ``name`` and ``arguments``, the JSON text the model wrote; or as it is sent back to the
+    model, with ``name`` and ``arguments`` under ``function``) as a ``tool_call`` part, its
     arguments parsed when they parse."""
     call = call if isinstance(call, dict) else {}
-    arguments = call.get("arguments")
+    function = call.get("function")
+    named = function if isinstance(function, dict) else call
+    arguments = named.get("arguments")
     if isinstance(arguments, str):
         with contextlib.suppress(ValueError):  # else as the model wrote them
             arguments = json.loads(arguments)
     return {
         "type": "tool_call",
         "id": call.get("id"),
-        "name": call.get("name"),
+        "name": named.get("name"),
         "arguments": arguments,
     }
 
@@ -372,8 +439,8 @@ def _bounded(
 
 def _content(
     capture: Capture,
-    prompt: list[dict[str, Any]],
-    reply: list[dict[str, Any]] | None,
+    prompt: Sequence[Mapping[str, Any]],
+    reply: Sequence[Mapping[str, Any]] | None,
     *,
     start: int,
     end: int,
@@ -423,15 +490,17 @@ def run_spans(
     resource: Resource,
     capture: Capture,
     model: Mapping[str, Any],
+    prompts: Mapping[uuid.UUID, Sequence[Mapping[str, Any]]] | None = None,
 ) -> list[ReadableSpan]:
     """The spans of ``run`` from its trace's ``steps`` (in seq order): the run as an
     ``invoke_agent`` span (its goal step), each model call (``thought``) as a ``chat`` span
     and each tool call (``action``, with its ``result``) as an ``execute_tool`` span under
-    it, memory lookups and writes as spans of their own; as ``capture`` allows, the messages
-    the trace records (prompt: the task, earlier replies and tool results; the system prompt
-    is not in the trace) as attributes and/or events, and the tools' arguments and results as
-    attributes. ``model``:
-    the provider's attributes (``model_attributes``), on the model calls and the run's span."""
+    it, memory lookups and writes as spans of their own; as ``capture`` allows, each model
+    call's messages (the ones it was sent, ``prompts`` by its step's id, else the ones its
+    step recorded; and its reply) as attributes and/or events, and the tools' arguments and
+    results as attributes. ``model``: the provider's attributes (``model_attributes``), on the
+    model calls and the run's span."""
+    prompts = prompts or {}
     assert run.trace_id is not None
     limits = SpanLimits()  # from the standard variables, as the SDK's tracer reads them
     trace_id = run.trace_id.int
@@ -456,17 +525,24 @@ def run_spans(
         start, end = step_times_ns(step)
         status = Status(StatusCode.ERROR, error) if error is not None else Status(StatusCode.UNSET)
         if error is not None:
-            # Required of a failed operation by the GenAI conventions; the trace keeps no
-            # class of error for a step.
-            attributes = {**attributes, "error.type": OTHER_ERROR}
+            # Required of a failed operation by the GenAI conventions: the error's code where
+            # the step keeps one (a model call the run failed in), else none is known.
+            data = step.data if isinstance(step.data, dict) else {}
+            attributes = {**attributes, "error.type": str(data.get("error_code") or OTHER_ERROR)}
         return ReadableSpan(
             name=name,
             context=context(step),
             parent=root_context,
             resource=resource,
-            # The step's name tells the model calls apart ("iteration 2", "title").
+            # The step's name tells the model calls apart ("iteration 2", "title"); its status
+            # tells a call the user stopped (skipped) from one that ended.
             attributes=_bounded(
-                {"devassist.step_id": str(step.id), "devassist.step_name": step.name, **attributes},
+                {
+                    "devassist.step_id": str(step.id),
+                    "devassist.step_name": step.name,
+                    "devassist.step_status": str(step.status),
+                    **attributes,
+                },
                 limits,
             ),
             events=events or [],
@@ -478,47 +554,47 @@ def run_spans(
         )
 
     spans: list[ReadableSpan] = []
-    transcript: list[dict[str, Any]] = [{"role": "user", "content": run.input}]
     for step in steps:
         if step.step_type == StepType.THOUGHT:
             data = step.data if isinstance(step.data, dict) else {}
-            answered_by = data.get("model") or run.model
-            requested = run.model or answered_by
+            # A call that failed or was stopped has no reply (its step has no ``output``),
+            # and its ``model`` is the one it asked.
+            reply: dict[str, Any] | None = None
+            if "output" in data:
+                reply = {"role": "assistant", "content": data["output"]}
+                if isinstance(data.get("tool_calls"), list):
+                    reply["tool_calls"] = data["tool_calls"]
+            requested = run.model or data.get("model") or ""
             attributes: dict[str, Any] = {
                 "gen_ai.operation.name": "chat",
                 **model,
                 "gen_ai.request.model": requested,
-                "gen_ai.response.model": answered_by,
             }
+            if reply is not None:
+                attributes["gen_ai.response.model"] = data.get("model") or requested
             usage = data.get("usage")
             if isinstance(usage, dict):
                 attributes["gen_ai.usage.input_tokens"] = usage.get("prompt_tokens") or 0
                 attributes["gen_ai.usage.output_tokens"] = usage.get("completion_tokens") or 0
             if data.get("finish_reason"):
                 attributes["gen_ai.response.finish_reasons"] = [str(data["finish_reason"])]
-            reply = {"role": "assistant", "content": data.get("output", "")}
-            if isinstance(data.get("tool_calls"), list):
-                reply["tool_calls"] = data["tool_calls"]
-            # A call that recorded its own prompt (the conversation's title) was asked that,
-            # not the run's conversation, and is no part of it.
-            own_prompt = data.get("input")
-            asked = isinstance(own_prompt, list)
-            prompt = transcript
-            if isinstance(own_prompt, list):
-                prompt = [m for m in own_prompt if isinstance(m, dict) and "role" in m]
+            # The messages it was sent: as the run held them, or as its step recorded them
+            # (the conversation's title, asked after the run).
+            sent = prompts.get(step.id)
+            if sent is None and isinstance(data.get("input"), list):
+                sent = data["input"]
+            prompt = [m for m in sent or () if isinstance(m, Mapping) and "role" in m]
             start, end = step_times_ns(step)
             content, events = _content(
                 capture,
                 prompt,
-                [reply],
+                [reply] if reply is not None else None,
                 start=start,
                 end=end,
                 limits=limits,
                 finish_reason=str(data.get("finish_reason") or "stop"),
             )
             attributes.update(content)
-            if not asked:
-                transcript.append(reply)
             failed = step.status == StepStatus.FAILED
             spans.append(
                 span(
@@ -550,10 +626,6 @@ def run_spans(
                 attributes["gen_ai.tool.call.arguments"] = _text(data.get("arguments"))
                 if result is not None:
                     attributes["gen_ai.tool.call.result"] = _text(outcome)
-            if result is not None:
-                transcript.append(
-                    {"role": "tool", "id": data.get("call_id"), "name": tool, "content": outcome}
-                )
             error = None
             if step.is_error or (result is not None and result.is_error):
                 # Its outcome says what the trace page says: "exit code 1", "timed out after
@@ -636,6 +708,8 @@ def _agent_span(
         start=start,
         end=end,
         limits=limits,
+        # A failed or stopped run's answer is what it wrote of one before it ended.
+        finish_reason={"completed": "stop", "failed": "error"}.get(run.status, run.status),
     )
     attributes.update(content)
     error = None

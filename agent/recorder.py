@@ -25,7 +25,7 @@ from agent.conversation import RunAnswer, RunConversation, TranscriptEntry
 from agent.events import RunEvents
 from agent.knowledge.search import SearchResult
 from agent.langfuse import langfuse_run_finished
-from agent.llm.base import LLMProvider, LLMResponse, usage_data
+from agent.llm.base import ChatMessage, LLMProvider, LLMResponse, usage_data
 from agent.loop import Iteration
 from agent.models import AgentRun, RunEvent, RunStatus
 from agent.otel import otel_run_finished
@@ -65,6 +65,17 @@ class _OpenIteration:
     tool_started: float = 0.0  # monotonic
     #: The tail of what the running tool printed, per stream (its action's ``live_output``).
     live_output: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class _Call:
+    """A model call under way: the name of its ``thought`` step, the messages it was sent,
+    and when it began."""
+
+    name: str
+    messages: list[ChatMessage]
+    started_at: float  # wall clock, epoch seconds
+    started: float  # monotonic
 
 
 #: A run's trace ends with the run's status (anything else is a failure).
@@ -127,8 +138,28 @@ class RunRecorder:
         #: The answer text streamed so far (``answer_delta``).
         self.streamed = ""
         self._open: _OpenIteration | None = None
+        #: The model call under way, until its reply is recorded.
+        self._calling: _Call | None = None
+        #: The messages each model call was sent, by its step's id (for the OTel export;
+        #: the trace keeps the replies, not the prompts that grow with every call).
+        self.prompts: dict[uuid.UUID, list[ChatMessage]] = {}
 
     # -- the loop's reports --
+
+    def model_calling(self, name: str, messages: Sequence[ChatMessage]) -> None:
+        """The model is about to be sent ``messages`` for the ``thought`` step ``name``. The
+        step is stored with the reply (``model_replied``, ``model_call``); a call that never
+        replies is stored by ``finish``, failed with the run's error (skipped when it was
+        stopped)."""
+        self._calling = _Call(name, list(messages), time.time(), time.monotonic())
+
+    def _called(self, step: StepCreate) -> StepCreate:
+        """``step``, the ``thought`` of the call under way, which has ended: its messages are
+        kept by its id."""
+        if self._calling is not None:
+            self.prompts[step.id] = self._calling.messages
+            self._calling = None
+        return step
 
     async def model_replied(self, iteration: Iteration) -> None:
         response, reply = iteration.response, iteration.reply
@@ -280,13 +311,15 @@ class RunRecorder:
     ) -> StepCreate:
         """A model call of the run as a ``thought`` step under its goal
         (``model_call_step``)."""
-        return model_call_step(
-            response,
-            parent_id=self.goal_id,
-            name=name,
-            started_at=started_at,
-            description=description,
-            data=data,
+        return self._called(
+            model_call_step(
+                response,
+                parent_id=self.goal_id,
+                name=name,
+                started_at=started_at,
+                description=description,
+                data=data,
+            )
         )
 
     async def retrieved(
@@ -347,11 +380,16 @@ class RunRecorder:
         its trace's end (a failed run's error on its goal step; its answer is the ``response``
         step already stored). Never raises, so a failing run still records its failure."""
         try:
+            unstored = []
             if self._open is not None and not self._open.stored:
                 # A reply that called a tool the run never started (the last "answer now"
                 # call): stored before the transcript that points at it.
-                await self._write([self._open.thought])
+                unstored.append(self._open.thought)
                 self._open.stored = True
+            if self._calling is not None:
+                unstored.append(self._called(self._unanswered_call(self._calling, end)))
+            if unstored:
+                await self._write(unstored)
             if self.answer is None and self.streamed.strip():
                 # Stopped or failed while the answer was being written: what the user saw of
                 # it is kept, as a response step cut short.
@@ -424,7 +462,25 @@ class RunRecorder:
         await langfuse_run_finished(
             run=self.run, status=end.status, output=end.output, error=end.error
         )
-        await otel_run_finished(run=self.run)
+        await otel_run_finished(run=self.run, prompts=self.prompts)
+
+    def _unanswered_call(self, call: _Call, end: RunEnd) -> StepCreate:
+        """The model call the run ended in, as its ``thought`` step: failed with the run's
+        error (a model that was down, timed out, or sent what could not be read), or skipped
+        when the run was stopped."""
+        cancelled = end.status == RunStatus.CANCELLED
+        return StepCreate(
+            step_type="thought",
+            parent_id=self.goal_id,
+            name=call.name,
+            status=StepStatus.SKIPPED if cancelled else StepStatus.FAILED,
+            error="" if cancelled else end.error,
+            # The model asked (no reply came), and the error's code (``llm_unavailable``...).
+            data={"model": self.llm.model, **({"error_code": end.code} if end.code else {})},
+            duration_ms=int((time.monotonic() - call.started) * 1000),
+            started_at=datetime.fromtimestamp(call.started_at, tz=UTC),
+            finished_at=timezone.now(),
+        )
 
     async def _partial_answer(self, end: RunEnd) -> None:
         """The answer text streamed before the run ended without an answer, as a ``response``

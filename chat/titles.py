@@ -76,7 +76,7 @@ async def title_from_model(
             name="title",
             status=StepStatus.FAILED,
             error=str(exc)[:500],
-            data={"input": messages},
+            data={"input": messages, "model": llm.model, "error_code": exc.code},
             started_at=datetime.fromtimestamp(started_at, tz=UTC),
         )
         await in_thread(get_trace_store().add_steps_sync, run.trace_id, [failed])

@@ -400,6 +400,11 @@ _otlp_endpoint = env_http_url if OTEL_EXPORTER_OTLP_PROTOCOL == "http/protobuf" 
 OTEL_EXPORTER_OTLP_ENDPOINT = _otlp_endpoint("OTEL_EXPORTER_OTLP_ENDPOINT")
 OTEL_EXPORTER_OTLP_TRACES_ENDPOINT = _otlp_endpoint("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
 OTEL_SDK_DISABLED = env_bool("OTEL_SDK_DISABLED", default=False)
+# The spans the export holds while its collector is slow or down (the SDK's BatchSpanProcessor
+# queue; a run that does not fit is left out whole, agent.otel._QueueRoom), and the most it
+# sends in one batch (cut to the queue's size: the SDK would refuse every export).
+OTEL_BSP_MAX_QUEUE_SIZE = env_int("OTEL_BSP_MAX_QUEUE_SIZE", 2048, minimum=1)
+OTEL_BSP_MAX_EXPORT_BATCH_SIZE = env_int("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", 512, minimum=1)
 # Prompts, completions, tool arguments and results leave only when this allows it (true,
 # span_only, event_only, span_and_event; agent.otel.Capture). Any other value than these and
 # the ones that say no stops the start: a misspelt "on" left the content out silently.

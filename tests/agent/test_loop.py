@@ -5,11 +5,13 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
 
 from agent.exceptions import AgentFormatErrors, AgentMaxIterations, ToolFailed
+from agent.llm.base import ChatMessage
 from agent.loop import Iteration, LoopConfig, run_react
 from agent.tools.registry import Tool, ToolContext, ToolRegistry
 
@@ -22,6 +24,10 @@ class Recorded:
         self.tools_started: list[str | None] = []
         self.deltas: list[str] = []
         self.answers: list[tuple[str, bool]] = []
+        self.calls: list[tuple[str, list[ChatMessage]]] = []
+
+    def model_calling(self, name: str, messages: Sequence[ChatMessage]) -> None:
+        self.calls.append((name, list(messages)))
 
     async def model_replied(self, iteration: Iteration) -> None:
         pass
@@ -123,6 +129,11 @@ async def test_tool_call_then_streamed_final_answer(openai_provider, fake_openai
     assert recorder.answers == [("The answer is 42.", True)]
     second_request = fake_openai.requests[1]["messages"]
     assert second_request[-1] == {"role": "user", "content": recorder.iterations[0].observation}
+    # Each call is reported before it is made, with the messages it is sent.
+    assert recorder.calls == [
+        ("iteration 1", fake_openai.requests[0]["messages"]),
+        ("iteration 2", second_request),
+    ]
 
 
 async def test_action_mixed_with_final_runs_the_action(openai_provider, fake_openai):

@@ -15,8 +15,8 @@ import pytest
 
 from agent.executor import run_start
 from agent.models import AgentRun, RunEvent
-from agent.services import run_create
-from traces.models import Step
+from agent.services import run_cancel, run_create
+from traces.models import Step, Trace
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -156,6 +156,68 @@ async def test_a_rag_answers_deltas_add_up_to_the_answer_when_the_model_lists_it
     assert "".join(deltas) == answer
     assert "made-up.md" not in answer
     assert answer.startswith("Each container gets 256 MB [1].\n\nSources:")
+
+
+# -- a call that never replies ---------------------------------------------------------------
+
+
+async def test_a_failed_model_call_is_a_failed_step_with_the_runs_error(scripted, user):
+    """The trace showed the calls that replied and the run's error, but not the call that
+    failed (so the OTel export had no failed ``chat`` span either)."""
+    scripted.script(["Thought: look\nAction: tool:nope\nargs: {}"] + [{"status": 500}] * 2)
+    run = await run_create(user=user, message="hi")
+    run = await finished(run, run_start(run))
+    assert (run.status, run.error_code) == ("failed", "llm_unavailable")
+    replied, failed = await thoughts_of(run)
+    assert (replied.name, replied.status) == ("iteration 1", "completed")
+    assert (failed.name, failed.status) == ("iteration 2", "failed")
+    goal = await Step.objects.aget(pk=run.id)
+    assert failed.error == goal.error
+    assert "500" in failed.error
+    assert failed.data == {"model": "fake-model", "error_code": "llm_unavailable"}
+    assert failed.parent_id == run.id
+    assert failed.started_at is not None
+    assert replied.started_at is not None
+    assert failed.finished_at is not None
+    assert replied.started_at <= failed.started_at <= failed.finished_at
+    assert failed.duration_ms is not None
+
+
+@pytest.mark.parametrize(("mode", "name"), [("chat", "chat"), ("rag", "answer")])
+async def test_each_modes_failed_model_call_is_a_step(scripted, user, guide, mode, name):
+    scripted.script([{"status": 500, "message": "the model is down"}] * 2)
+    run = await run_create(user=user, message="How much memory does a container get?", mode=mode)
+    run = await finished(run, run_start(run))
+    assert run.status == "failed"
+    (failed,) = await thoughts_of(run)
+    assert (failed.name, failed.status) == (name, "failed")
+    assert "the model is down" in failed.error
+    if mode == "rag":  # after the search it answers from
+        search = await Step.objects.aget(trace_id=str(run.trace_id), step_type="action")
+        assert search.seq < failed.seq
+
+
+async def test_a_rag_run_with_nothing_found_calls_no_model_and_records_none(scripted, user, guide):
+    run = await run_create(user=user, message="zyxwvut qqqq", mode="rag")
+    run = await finished(run, run_start(run))
+    assert run.status == "completed"
+    assert await thoughts_of(run) == []
+    assert scripted.requests == []
+
+
+async def test_a_model_call_stopped_by_the_user_is_a_skipped_step(scripted, user):
+    scripted.script([{"content": "Thought: slow\nAction: final: late", "delay_s": 10}])
+    run = await run_create(user=user, message="take your time")
+    task = run_start(run)
+    await scripted.wait_for_request()  # the model call is under way
+    await run_cancel(user=user, run=run)
+    run = await finished(run, task)
+    assert run.status == "cancelled"
+    (stopped,) = await thoughts_of(run)
+    assert (stopped.name, stopped.status, stopped.error) == ("iteration 1", "skipped", "")
+    assert stopped.data == {"model": "fake-model"}
+    trace = await Trace.objects.aget(pk=str(run.trace_id))
+    assert trace.error_count == 0
 
 
 # -- collections ------------------------------------------------------------------------------

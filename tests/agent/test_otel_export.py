@@ -6,6 +6,7 @@ holding up a run, and the protocol variables."""
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import json
 import os
@@ -24,6 +25,7 @@ from urllib.parse import urlsplit
 import grpc
 import pytest
 import structlog
+from asgiref.sync import sync_to_async
 from django.utils import timezone
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
@@ -35,9 +37,11 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2_grpc import (
 )
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
+from agent.executor import run_start
 from agent.langfuse import langfuse_reset, langfuse_wait_for_exports
 from agent.models import AgentRun, RunStatus
 from agent.otel import model_attributes, otel_flush, otel_reset, span_id_of
+from agent.services import run_cancel, run_create
 from tests.agent.test_langfuse import LangfuseReceiver
 from tests.conftest import token_client
 from tests.servers import free_port
@@ -289,20 +293,24 @@ def test_content_goes_out_only_when_allowed(
     )
     root = received["invoke_agent devassist"]
 
+    # Each call's prompt is the messages the model was sent: the system prompt, the task,
+    # and for the second the first reply and the tool's result (the observation).
+    sent = [request["messages"] for request in scripted.requests]
+    assert [m["role"] for m in sent[1]] == ["system", "user", "assistant", "user"]
+    assert sent[0][1]["content"] == "What is 6*7? 请回答"
+
     # The conventions' current form: the messages as attributes, content as parts.
     values = attributes(first)
     assert ("gen_ai.input.messages" in values) is as_attributes
     if as_attributes:
-        assert json.loads(values["gen_ai.input.messages"]) == [
-            {"role": "user", "parts": [{"type": "text", "content": "What is 6*7? 请回答"}]}
-        ]
+        for span, messages in zip((first, second), sent, strict=True):
+            exported = json.loads(attributes(span)["gen_ai.input.messages"])
+            assert [(m["role"], m["parts"]) for m in exported] == [
+                (m["role"], [{"type": "text", "content": m["content"]}]) for m in messages
+            ]
         (reply,) = json.loads(values["gen_ai.output.messages"])
         assert (reply["role"], reply["finish_reason"]) == ("assistant", "stop")
         assert "execute_code" in reply["parts"][0]["content"]
-        later = json.loads(attributes(second)["gen_ai.input.messages"])
-        assert [m["role"] for m in later] == ["user", "assistant", "tool"]
-        assert later[2]["name"] == "execute_code"
-        assert later[2]["parts"][0]["type"] == "tool_call_response"
         answer = json.loads(attributes(root)["gen_ai.output.messages"])
         assert answer == [
             {
@@ -316,14 +324,13 @@ def test_content_goes_out_only_when_allowed(
     assert bool(first.events) is as_events
     if as_events:
         prompt = {e.name: attributes(e) for e in first.events}
-        messages = json.loads(prompt["gen_ai.content.prompt"]["gen_ai.prompt"])
-        assert messages == [{"role": "user", "content": "What is 6*7? 请回答"}]
+        assert json.loads(prompt["gen_ai.content.prompt"]["gen_ai.prompt"]) == sent[0]
         completion = json.loads(prompt["gen_ai.content.completion"]["gen_ai.completion"])
         assert "execute_code" in completion[0]["content"]
         later = json.loads(
             {e.name: attributes(e) for e in second.events}["gen_ai.content.prompt"]["gen_ai.prompt"]
         )
-        assert [m["role"] for m in later] == ["user", "assistant", "tool"]
+        assert later == sent[1]
         root_events = {e.name: attributes(e) for e in root.events}
         answer = json.loads(root_events["gen_ai.content.completion"]["gen_ai.completion"])
         assert answer == [{"role": "assistant", "content": "42"}]
@@ -375,12 +382,14 @@ def test_a_reply_that_asks_for_tools_goes_out_with_its_tool_calls(
         ],
         "finish_reason": "tool_calls",
     }
-    user_turn, asked, answered = json.loads(attributes(second)["gen_ai.input.messages"])
+    system, user_turn, asked, answered = json.loads(attributes(second)["gen_ai.input.messages"])
+    assert system["role"] == "system"
     assert user_turn["parts"] == [{"type": "text", "content": "What is 6*7?"}]
     assert asked["parts"] == reply["parts"]
     assert answered["role"] == "tool"
     assert answered["parts"][0]["type"] == "tool_call_response"
     assert answered["parts"][0]["id"] == "call_1"
+    assert answered["parts"][0]["response"] == scripted.requests[1]["messages"][-1]["content"]
     root = attributes(next(span for span, _ in spans if span.name == "invoke_agent devassist"))
     assert root["input.value"] == "What is 6*7?"
     assert root["output.value"] == "It is 42."
@@ -403,7 +412,7 @@ def test_the_title_call_goes_out_with_the_prompt_it_was_sent(otel_on, api, scrip
         key=lambda span: span.start_time_unix_nano,
     )
     answer, title = (json.loads(attributes(c)["gen_ai.input.messages"]) for c in chats)
-    assert [m["role"] for m in answer] == ["user"]
+    assert [m["role"] for m in answer] == ["system", "user"]
     sent = scripted.requests[1]["messages"]
     assert [(m["role"], m["parts"][0]["content"]) for m in title] == [
         (m["role"], m["content"]) for m in sent
@@ -411,6 +420,118 @@ def test_the_title_call_goes_out_with_the_prompt_it_was_sent(otel_on, api, scrip
     step = Step.objects.get(trace_id=response.json()["trace_id"], name="title")
     assert step.data["input"] == sent  # the trace page shows what it was asked
     assert [attributes(c)["devassist.step_name"] for c in chats] == ["chat", "title"]
+
+
+def test_a_model_call_that_failed_goes_out_as_a_failed_chat_span(otel_on, scripted, user, settings):
+    """A model that was down left no ``chat`` span: only the run's error said so. The failed
+    call is a failed span, with its prompt and no completion, and the run's error."""
+    settings.OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT = "span_only"
+    scripted.script([{"status": 500, "message": "the model is down"}] * 2)
+    response = token_client(user).post(
+        "/agent", data=json.dumps({"message": "What is 6*7?"}), content_type="application/json"
+    )
+    assert response.status_code == HTTPStatus.BAD_GATEWAY, response.content
+    assert otel_flush()
+
+    spans = otel_on.spans()
+    (chat,) = [span for span, _ in spans if span.name.startswith("chat")]
+    assert chat.status.code == Status.STATUS_CODE_ERROR
+    assert "the model is down" in chat.status.message
+    chat_attributes = attributes(chat)
+    assert chat_attributes["error.type"] == "llm_unavailable"  # the run's error's code
+    assert chat_attributes["devassist.step_name"] == "iteration 1"
+    assert chat_attributes["devassist.step_status"] == "failed"
+    assert chat_attributes["gen_ai.request.model"] == "fake-model"
+    # No model answered it (Phoenix showed the response model as the call's output).
+    assert "gen_ai.response.model" not in chat_attributes
+    system, asked = json.loads(chat_attributes["gen_ai.input.messages"])
+    assert system["role"] == "system"
+    assert asked["parts"] == [{"type": "text", "content": "What is 6*7?"}]
+    assert "gen_ai.output.messages" not in chat_attributes
+    root = next(span for span, _ in spans if span.name == "invoke_agent devassist")
+    assert chat.parent_span_id == root.span_id
+    assert root.status.code == Status.STATUS_CODE_ERROR
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_model_call_the_user_stopped_goes_out_as_stopped(otel_on, scripted, user, settings):
+    """It read as a call that ended normally."""
+    settings.OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT = "span_only"
+    scripted.script([{"content": "Thought: slow\nAction: final: late", "delay_s": 10}])
+    run = await run_create(user=user, message="take your time")
+    task = run_start(run)
+    await scripted.wait_for_request()  # the model call is under way
+    await run_cancel(user=user, run=run)
+    await asyncio.wait_for(task, timeout=20)
+    assert await sync_to_async(otel_flush)()
+
+    spans = otel_on.spans()
+    (chat,) = [span for span, _ in spans if span.name.startswith("chat")]
+    values = attributes(chat)
+    assert chat.status.code == Status.STATUS_CODE_UNSET  # no error: the user stopped it
+    assert values["devassist.step_status"] == "skipped"
+    assert "gen_ai.output.messages" not in values
+    assert "gen_ai.response.model" not in values
+    root = next(span for span, _ in spans if span.name == "invoke_agent devassist")
+    assert attributes(root)["devassist.run.status"] == "cancelled"
+
+
+def test_the_answer_of_a_run_that_failed_while_writing_it_ends_for_the_error(
+    otel_on, api, scripted, settings
+):
+    """A run cut off mid-answer went out as an answer that ended normally ("stop")."""
+    settings.CHAT_TITLES = "heuristic"
+    settings.OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT = "span_only"
+    scripted.script([{"content": "Set SANDBOX_MEMORY_MB to more.", "drop_after_chunks": 2}] * 2)
+    body = {"message": "How do I change the memory?", "use_agent": False, "use_rag": False}
+    response = api.post("/chat", data=json.dumps(body), content_type="application/json")
+    assert response.status_code >= HTTPStatus.BAD_REQUEST, response.content
+    assert otel_flush()
+
+    spans = otel_on.spans()
+    root = next(span for span, _ in spans if span.name == "invoke_agent devassist")
+    (answer,) = json.loads(attributes(root)["gen_ai.output.messages"])
+    assert answer["parts"][0]["content"]  # what it wrote before the stream broke
+    assert answer["finish_reason"] == "error"
+    (chat,) = [span for span, _ in spans if span.name.startswith("chat")]
+    assert chat.status.code == Status.STATUS_CODE_ERROR
+
+
+def test_each_model_call_goes_out_with_the_messages_it_was_sent(
+    otel_on, api, scripted, settings, guide
+):
+    """The prompts were rebuilt from the trace: no system prompt, no earlier turns, and a
+    documentation answer showed the question, not the passages the model was given."""
+    settings.CHAT_TITLES = "heuristic"
+    settings.OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT = "span_only"
+    scripted.script(["Hello.", "Set SANDBOX_MEMORY_MB.", "Each container gets 256 MB [1]."])
+    conversation = None
+    for message, use_rag in [
+        ("Hi!", False),
+        ("How do I change the memory?", False),
+        ("How much memory does a container get?", True),
+    ]:
+        body = {"message": message, "use_agent": False, "use_rag": use_rag}
+        if conversation is not None:
+            body["conversation_id"] = conversation
+        response = api.post("/chat", data=json.dumps(body), content_type="application/json")
+        assert response.status_code == HTTPStatus.OK, response.content
+        conversation = response.json()["conversation_id"]
+    assert otel_flush()
+
+    chats = sorted(
+        (span for span, _ in otel_on.spans() if span.name.startswith("chat")),
+        key=lambda span: span.start_time_unix_nano,
+    )
+    exported = [json.loads(attributes(chat)["gen_ai.input.messages"]) for chat in chats]
+    sent = [request["messages"] for request in scripted.requests]
+    assert [[(m["role"], m["parts"][0]["content"]) for m in each] for each in exported] == [
+        [(m["role"], m["content"]) for m in each] for each in sent
+    ]
+    # The second turn's call had the first turn before it; the documentation answer's, the
+    # passages it answers from.
+    assert [m["role"] for m in sent[1]] == ["system", "user", "assistant", "user"]
+    assert "256 MB by default" in sent[2][-1]["content"]
 
 
 def test_a_request_the_collector_refuses_is_logged_with_where_and_how_many(
@@ -542,6 +663,74 @@ def test_a_collector_that_hangs_holds_up_no_run(settings, scripted, user):
         assert otel_flush()
         names = [span.name for span, _ in hanging.spans()]
     assert names.count("invoke_agent devassist") == 2
+
+
+def test_a_run_that_finds_the_queue_full_is_left_out_whole(settings, scripted, user):
+    """The SDK's queue drops its oldest span for each new one past its size, which tore the
+    runs waiting in it apart, while ``otel_run_queued`` said every span was queued."""
+    settings.OTEL_BSP_MAX_QUEUE_SIZE = 6  # room for one run of four spans, not two
+    with OtlpReceiver(hold=True) as hanging, structlog.testing.capture_logs() as logs:
+        settings.OTEL_EXPORTER_OTLP_ENDPOINT = hanging.base_url
+        first = agent_run(user, scripted)
+        flushing = threading.Thread(target=otel_flush, daemon=True)
+        flushing.start()
+        assert hanging.arrived.wait(30)  # the first run left the queue, and waits
+        second = agent_run(user, scripted)  # queued
+        third = agent_run(user, scripted)  # no room
+        assert third.status == RunStatus.COMPLETED
+        hanging.released.set()
+        flushing.join(30)
+        assert otel_flush()
+        spans = [span for span, _ in hanging.spans()]
+
+    (dropped,) = [entry for entry in logs if entry["event"] == "otel_run_dropped"]
+    assert (dropped["run_id"], dropped["spans"], dropped["queue_size"]) == (str(third.id), 4, 6)
+    queued = [entry["run_id"] for entry in logs if entry["event"] == "otel_run_queued"]
+    assert queued == [str(first.id), str(second.id)]
+    by_run: dict[bytes, int] = {}
+    for span in spans:
+        by_run[span.trace_id] = by_run.get(span.trace_id, 0) + 1
+    assert by_run == {uuid.UUID(str(run.trace_id)).bytes: 4 for run in (first, second)}
+
+
+def test_a_run_bigger_than_the_queue_says_so(otel_on, scripted, user, settings):
+    settings.OTEL_BSP_MAX_QUEUE_SIZE = 3
+    with structlog.testing.capture_logs() as logs:
+        agent_run(user, scripted)
+    (dropped,) = [entry for entry in logs if entry["event"] == "otel_run_dropped"]
+    assert dropped["reason"] == (
+        "the run has more spans than the export queue holds (OTEL_BSP_MAX_QUEUE_SIZE)"
+    )
+    assert otel_flush()
+    assert not otel_on.exports
+
+
+def test_a_queue_size_that_is_no_count_of_spans_stops_the_start():
+    """The SDK refused it at the first export, in the log alone."""
+    name = "OTEL_BSP_MAX_QUEUE_SIZE"
+    for given, said in [("0", "must be at least 1, got 0"), ("lots", "must be an integer")]:
+        refused = _otlp_setting(name, **{name: given})
+        assert refused.returncode != 0
+        assert f"{name} {said}" in refused.stderr
+    assert _otlp_setting(name, **{name: "100000"}).stdout.strip() == "100000"
+    assert _otlp_setting(name).stdout.strip() == "2048"
+    refused = _otlp_setting(name, OTEL_BSP_MAX_EXPORT_BATCH_SIZE="-1")
+    assert "OTEL_BSP_MAX_EXPORT_BATCH_SIZE must be at least 1, got -1" in refused.stderr
+
+
+def test_a_batch_is_never_bigger_than_the_queue(settings, receiver):
+    """The SDK refused every export when the queue was made smaller than its batch (512)."""
+    from agent.otel import OtelConfig
+
+    settings.OTEL_EXPORTER_OTLP_ENDPOINT = receiver.base_url
+    settings.OTEL_BSP_MAX_QUEUE_SIZE = 100
+    config = OtelConfig.current()
+    assert config is not None
+    assert (config.queue_size, config.batch_size) == (100, 100)
+    settings.OTEL_BSP_MAX_QUEUE_SIZE, settings.OTEL_BSP_MAX_EXPORT_BATCH_SIZE = 2048, 64
+    config = OtelConfig.current()
+    assert config is not None
+    assert (config.queue_size, config.batch_size) == (2048, 64)
 
 
 def test_the_export_is_off_without_an_endpoint_or_when_disabled(settings, receiver):
@@ -701,7 +890,12 @@ def test_a_chat_span_is_named_after_the_model_asked_for():
     now = timezone.now()
     run = AgentRun(trace_id=uuid.uuid4(), model="fake-model", input="hi")
     said = "evil\n\x1b[31m" + "M" * 20_000
-    step = Step(step_type=StepType.THOUGHT, data={"model": said}, started_at=now, finished_at=now)
+    step = Step(
+        step_type=StepType.THOUGHT,
+        data={"model": said, "output": "Hello."},
+        started_at=now,
+        finished_at=now,
+    )
 
     def chat_name() -> str:
         spans = run_spans(run, [step], resource=Resource.create(), capture=Capture.of(""), model={})
@@ -750,7 +944,7 @@ def test_a_batch_goes_in_requests_within_the_size_and_in_order():
     from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
     from opentelemetry.trace import SpanContext
 
-    from agent.otel import _RequestsWithin
+    from agent.otel import _QueueRoom, _RequestsWithin
 
     sent: list[list[str]] = []
 
@@ -770,7 +964,9 @@ def test_a_batch_goes_in_requests_within_the_size_and_in_order():
         for index, size in enumerate(sizes)
     ]
     assert (
-        _RequestsWithin(Recorder(), 3_000, endpoint="http://collector").export(spans)
+        _RequestsWithin(
+            Recorder(), 3_000, endpoint="http://collector", room=_QueueRoom(100)
+        ).export(spans)
         == SpanExportResult.SUCCESS
     )
     assert [name for request in sent for name in request] == [span.name for span in spans]

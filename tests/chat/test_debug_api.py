@@ -258,8 +258,10 @@ async def test_a_run_in_progress_shows_its_steps_then_the_same_entries_with_thei
     assert [e["label"] for e in done["entries"]][3:] == [
         "Model · Tools",
         "Tool · search_docs",
+        "Model",  # the call the user stopped
         "Error",
     ]
+    assert done["entries"][5]["status"] == "skipped"
     # The same entries, now with their stored messages.
     assert [e["key"] for e in done["entries"][:5]] == [e["key"] for e in group["entries"]]
     assert set(done["entries"][3]["raw"]) == {"message", "step"}
