@@ -389,7 +389,12 @@ class RunRecorder:
             if self._calling is not None:
                 unstored.append(self._called(self._unanswered_call(self._calling, end)))
             if unstored:
-                await self._write(unstored)
+                try:
+                    await self._write(unstored)
+                except Exception:
+                    # The trace would not take them (closed from outside, say): the run's
+                    # end is stored all the same, below.
+                    logger.exception("agent_run_steps_not_stored", steps=len(unstored))
             if self.answer is None and self.streamed.strip():
                 # Stopped or failed while the answer was being written: what the user saw of
                 # it is kept, as a response step cut short.

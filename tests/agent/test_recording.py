@@ -8,6 +8,7 @@ import asyncio
 from typing import Any
 
 import pytest
+import structlog
 from asgiref.sync import sync_to_async
 
 import agent.modes
@@ -143,6 +144,33 @@ async def test_a_trace_closed_from_outside_still_lets_the_run_end_and_its_stream
     assert ends[1].payload["status"] == "failed"
     trace = await sync_to_async(trace_get)(trace_id=run.trace_id)
     assert trace.status == "failed"  # as it was closed
+
+
+async def test_a_failed_model_call_the_closed_trace_will_not_take_still_lets_the_run_end(
+    scripted: Any, user: Any
+) -> None:
+    """The call the run failed in is stored as a step before the run's end; when the trace
+    will not take it, the end is stored all the same."""
+    from agent.models import AgentRun, RunEvent, RunMode
+    from traces.store import get_trace_store
+
+    scripted.script([{"status": 500, "delay_s": 0.5}] * 2)
+    run = await run_create(user=user, message="hello", mode=RunMode.CHAT)
+    task = run_start(run)
+    await scripted.wait_for_request()
+    assert run.trace_id is not None
+    await get_trace_store().complete_trace(run.trace_id, status="failed")
+
+    with structlog.testing.capture_logs() as logs:
+        await task
+
+    stored = await AgentRun.objects.aget(pk=run.id)
+    assert (stored.status, stored.error_code) == ("failed", "llm_unavailable")
+    assert stored.finished_at is not None
+    ends = [e async for e in RunEvent.objects.filter(run_id=run.id).order_by("seq")][-2:]
+    assert [e.type for e in ends] == ["error", "done"]
+    (lost,) = [entry for entry in logs if entry["event"] == "agent_run_steps_not_stored"]
+    assert lost["steps"] == 1
 
 
 async def test_a_run_ends_with_its_trace_in_one_write(scripted: Any, user: Any) -> None:
