@@ -75,7 +75,6 @@ class _Call:
     name: str
     messages: list[ChatMessage]
     started_at: float  # wall clock, epoch seconds
-    started: float  # monotonic
 
 
 #: A run's trace ends with the run's status (anything else is a failure).
@@ -118,6 +117,34 @@ def model_call_step(
     )
 
 
+def unanswered_call_step(
+    *,
+    parent_id: uuid.UUID,
+    name: str,
+    model: str,
+    started_at: float,
+    error: str = "",
+    error_code: str = "",
+    stopped: bool = False,
+    data: dict[str, Any] | None = None,
+) -> StepCreate:
+    """A model call that got no reply as a ``thought`` step under ``parent_id``: failed with
+    ``error`` (and the error's ``error_code``, ``llm_unavailable``...), or skipped when it was
+    ``stopped``; ``model`` is the one asked, ``started_at`` when (epoch seconds), and ``data``
+    besides (no ``output``: there is none)."""
+    return StepCreate(
+        step_type="thought",
+        parent_id=parent_id,
+        name=name,
+        status=StepStatus.SKIPPED if stopped else StepStatus.FAILED,
+        error="" if stopped else error[:500],
+        data={**(data or {}), "model": model, **({"error_code": error_code} if error_code else {})},
+        duration_ms=int((time.time() - started_at) * 1000),
+        started_at=datetime.fromtimestamp(started_at, tz=UTC),
+        finished_at=timezone.now(),
+    )
+
+
 class RunRecorder:
     """Records one run (the loop's ``Recorder``, and the other modes' reports)."""
 
@@ -151,7 +178,7 @@ class RunRecorder:
         step is stored with the reply (``model_replied``, ``model_call``); a call that never
         replies is stored by ``finish``, failed with the run's error (skipped when it was
         stopped)."""
-        self._calling = _Call(name, list(messages), time.time(), time.monotonic())
+        self._calling = _Call(name, list(messages), time.time())
 
     def _called(self, step: StepCreate) -> StepCreate:
         """``step``, the ``thought`` of the call under way, which has ended: its messages are
@@ -473,18 +500,14 @@ class RunRecorder:
         """The model call the run ended in, as its ``thought`` step: failed with the run's
         error (a model that was down, timed out, or sent what could not be read), or skipped
         when the run was stopped."""
-        cancelled = end.status == RunStatus.CANCELLED
-        return StepCreate(
-            step_type="thought",
+        return unanswered_call_step(
             parent_id=self.goal_id,
             name=call.name,
-            status=StepStatus.SKIPPED if cancelled else StepStatus.FAILED,
-            error="" if cancelled else end.error,
-            # The model asked (no reply came), and the error's code (``llm_unavailable``...).
-            data={"model": self.llm.model, **({"error_code": end.code} if end.code else {})},
-            duration_ms=int((time.monotonic() - call.started) * 1000),
-            started_at=datetime.fromtimestamp(call.started_at, tz=UTC),
-            finished_at=timezone.now(),
+            model=self.llm.model,
+            started_at=call.started_at,
+            error=end.error,
+            error_code=end.code,
+            stopped=end.status == RunStatus.CANCELLED,
         )
 
     async def _partial_answer(self, end: RunEnd) -> None:

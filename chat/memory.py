@@ -26,10 +26,11 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 import uuid
 from collections import OrderedDict, deque
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any
 
@@ -40,7 +41,7 @@ from django.db import transaction
 from django.db.models import Max
 
 from agent.knowledge.store import query_texts, upsert_texts
-from agent.llm.base import ChatMessage, LLMProvider
+from agent.llm.base import ChatMessage, LLMProvider, LLMResponse
 from chat.models import MemorySummary, Message, MessageKind, MessageRole
 from chat.selectors import branch_turns, turn_tree
 from devassist.connections import in_thread
@@ -259,9 +260,20 @@ def _branch_sequences(conversation_id: uuid.UUID, through_id: uuid.UUID) -> list
 
 
 @dataclass(frozen=True)
+class SummaryCall:
+    """The model call that summarised: the messages it was sent, when (epoch seconds), and
+    its reply (None when it failed)."""
+
+    messages: list[ChatMessage]
+    started_at: float
+    response: LLMResponse | None = None
+
+
+@dataclass(frozen=True)
 class Consolidation:
     """A summary written (``summary_id``), or why none was: ``error`` when the store or the
-    model failed."""
+    model failed; ``call``, the model call it made (None when the turns were summarised
+    without a model)."""
 
     summary_id: str = ""
     from_sequence: int = 0
@@ -269,6 +281,7 @@ class Consolidation:
     summarised_turns: int = 0
     facts: list[str] = field(default_factory=list)
     error: str = ""
+    call: SummaryCall | None = None
 
 
 async def consolidate(
@@ -290,8 +303,15 @@ async def consolidate(
         return None
     pending = pending[:SUMMARY_MAX_TURNS]
     first, last = pending[0].sequence, pending[-1].sequence
+    call = None
     try:
-        facts = await summarise(pending, llm=llm, max_facts=config.max_facts)
+        if llm.writes_free_text:
+            call = SummaryCall(summary_messages(pending, max_facts=config.max_facts), time.time())
+            response = await llm.complete(call.messages)
+            call = replace(call, response=response)
+            facts = model_facts(response, pending, max_facts=config.max_facts)
+        else:
+            facts = extractive_facts(pending, max_facts=config.max_facts)
         if not facts:
             return None
         summary_id = await in_thread(
@@ -306,6 +326,7 @@ async def consolidate(
             through_sequence=last,
             summarised_turns=len(pending),
             error=_error_text(exc),
+            call=call,
         )
     logger.info(
         "memory_consolidated",
@@ -319,6 +340,7 @@ async def consolidate(
         through_sequence=last,
         summarised_turns=len(pending),
         facts=facts,
+        call=call,
     )
 
 
@@ -375,18 +397,18 @@ def _store_summary(
     return str(summary.id)
 
 
-async def summarise(turns: Sequence[Turn], *, llm: LLMProvider, max_facts: int) -> list[str]:
-    """At most ``max_facts`` facts from ``turns``: the model's, or extractive with the offline
-    provider (or when the model's reply holds no fact line). Raises the model's errors."""
-    if not llm.writes_free_text:
-        return extractive_facts(turns, max_facts=max_facts)
+def summary_messages(turns: Sequence[Turn], *, max_facts: int) -> list[ChatMessage]:
+    """What the model is asked for at most ``max_facts`` facts from ``turns``."""
     transcript = "\n".join(f"{t.role}: {t.content}" for t in turns)
-    response = await llm.complete(
-        [
-            {"role": "system", "content": SUMMARY_PROMPT.format(max_facts=max_facts)},
-            {"role": "user", "content": transcript},
-        ]
-    )
+    return [
+        {"role": "system", "content": SUMMARY_PROMPT.format(max_facts=max_facts)},
+        {"role": "user", "content": transcript},
+    ]
+
+
+def model_facts(response: LLMResponse, turns: Sequence[Turn], *, max_facts: int) -> list[str]:
+    """At most ``max_facts`` facts: the fact lines of the model's ``response`` to
+    ``summary_messages``, else (it wrote none) extractive ones from ``turns``."""
     facts = _fact_lines(response.content)[:max_facts]
     return facts or extractive_facts(turns, max_facts=max_facts)
 

@@ -11,7 +11,6 @@ conversation meanwhile. The offline provider, or ``CHAT_TITLES=heuristic``, keep
 from __future__ import annotations
 
 import time
-from datetime import UTC, datetime
 
 import structlog
 from django.conf import settings
@@ -19,12 +18,11 @@ from django.conf import settings
 from agent.exceptions import LLMTimeout, LLMUnavailable
 from agent.llm.base import ChatMessage, LLMProvider
 from agent.models import AgentRun
-from agent.recorder import model_call_step
+from agent.recorder import model_call_step, unanswered_call_step
 from chat.models import Conversation, TitleSource
 from chat.services import conversation_title_set
 from devassist.connections import in_thread
-from traces.models import StepStatus
-from traces.store import StepCreate, get_trace_store
+from traces.store import get_trace_store
 
 logger = structlog.get_logger(__name__)
 
@@ -70,14 +68,14 @@ async def title_from_model(
         response = await llm.complete(messages)
     except (LLMUnavailable, LLMTimeout) as exc:
         logger.warning("conversation_title_failed", run_id=str(run.id), error=str(exc))
-        failed = StepCreate(
-            step_type="thought",
+        failed = unanswered_call_step(
             parent_id=run.id,
             name="title",
-            status=StepStatus.FAILED,
-            error=str(exc)[:500],
-            data={"input": messages, "model": llm.model, "error_code": exc.code},
-            started_at=datetime.fromtimestamp(started_at, tz=UTC),
+            model=llm.model,
+            started_at=started_at,
+            error=str(exc),
+            error_code=exc.code,
+            data={"input": messages},
         )
         await in_thread(get_trace_store().add_steps_sync, run.trace_id, [failed])
         return None

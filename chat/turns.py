@@ -26,11 +26,19 @@ from agent.executor import run_outcome, run_start
 from agent.knowledge.store import collection_has_chunks, open_collection
 from agent.llm.base import ChatMessage, LLMProvider
 from agent.models import AgentRun, RunMode, RunStatus
+from agent.recorder import model_call_step, unanswered_call_step
 from agent.selectors import run_outcomes, run_steps
 from agent.services import run_create, run_create_sync
 from chat.attachments import attachment_inputs, attachments_copy, files_stored
 from chat.exceptions import ChatInputInvalid, MessageActionInvalid, MessageTooLarge
-from chat.memory import consolidate, long_term_message, recall, short_term_memory
+from chat.memory import (
+    Consolidation,
+    SummaryCall,
+    consolidate,
+    long_term_message,
+    recall,
+    short_term_memory,
+)
 from chat.models import Attachment, Conversation, Message, MessageKind, MessageRole
 from chat.route_choice import Route, choose_route
 from chat.selectors import answer_sources, conversation_locked_for, message_get_for
@@ -364,6 +372,32 @@ def _open_regeneration(
     return run
 
 
+def _summary_call_step(
+    call: SummaryCall, *, parent_id: uuid.UUID, done: Consolidation, llm: LLMProvider
+) -> StepCreate:
+    """The model call that summarised the turns, as a ``thought`` step under the memory
+    write (``parent_id``), with the prompt it was sent: its tokens count in the trace's, and
+    the OTel export sends it as a model call of its own. Failed with the error when the model
+    failed (a summary the store would not take has the model's reply all the same)."""
+    if call.response is None:
+        return unanswered_call_step(
+            parent_id=parent_id,
+            name="summary",
+            model=llm.model,
+            started_at=call.started_at,
+            error=done.error,
+            data={"input": call.messages},
+        )
+    return model_call_step(
+        call.response,
+        parent_id=parent_id,
+        name="summary",
+        started_at=call.started_at,
+        description=f"{len(done.facts)} facts" if done.facts else "",
+        data={"input": call.messages},
+    )
+
+
 class ChatConversation:
     """A chat turn's conversation, as its run sees it (``agent.conversation``): the history
     with its memory going in (recorded as ``memory_read`` steps), the transcript and answer
@@ -471,28 +505,29 @@ class ChatConversation:
         )
         if done is None:
             return
-        await get_trace_store().add_step(
-            run.trace_id,
-            StepCreate(
-                step_type="memory_write",
-                parent_id=run.id,
-                name="long-term memory",
-                status=StepStatus.FAILED if done.error else StepStatus.COMPLETED,
-                description=(
-                    f"{len(done.facts)} facts from {done.summarised_turns} turns"
-                    if not done.error
-                    else f"{done.summarised_turns} turns not summarised"
-                ),
-                error=done.error,
-                data={
-                    "summary_id": done.summary_id,
-                    "from_sequence": done.from_sequence,
-                    "through_sequence": done.through_sequence,
-                    "summarised_turns": done.summarised_turns,
-                    "facts": done.facts,
-                },
+        written = StepCreate(
+            step_type="memory_write",
+            parent_id=run.id,
+            name="long-term memory",
+            status=StepStatus.FAILED if done.error else StepStatus.COMPLETED,
+            description=(
+                f"{len(done.facts)} facts from {done.summarised_turns} turns"
+                if not done.error
+                else f"{done.summarised_turns} turns not summarised"
             ),
+            error=done.error,
+            data={
+                "summary_id": done.summary_id,
+                "from_sequence": done.from_sequence,
+                "through_sequence": done.through_sequence,
+                "summarised_turns": done.summarised_turns,
+                "facts": done.facts,
+            },
         )
+        steps = [written]
+        if done.call is not None:
+            steps.append(_summary_call_step(done.call, parent_id=written.id, done=done, llm=llm))
+        await in_thread(get_trace_store().add_steps_sync, run.trace_id, steps)
 
     async def _append(self, run: AgentRun, messages: list[NewMessage]) -> list[Message]:
         """Append to the run's conversation, keeping the short-term memory cache in step."""

@@ -351,7 +351,7 @@ def test_the_model_writes_the_summary_when_one_is_configured(api, user, memory, 
     answers = [f"Thought: ok\nAction: final: noted {n}" for n in range(5)]
     scripted.script([*answers[:4], answers[4], "- Ada maintains billing.\n- Deploys on Tuesday."])
 
-    fill(api, conversation, FACTS[:5])
+    bodies = fill(api, conversation, FACTS[:5])
 
     summary = MemorySummary.objects.get(conversation=conversation)
     assert summary.facts == ["Ada maintains billing.", "Deploys on Tuesday."]
@@ -359,6 +359,34 @@ def test_the_model_writes_the_summary_when_one_is_configured(api, user, memory, 
     summary_request = scripted.requests[-1]["messages"]
     assert "at most 8 short, stable facts" in summary_request[0]["content"]
     assert f"user: {FACTS[0]}" in summary_request[1]["content"]
+    # The call is a step of the run's trace, under the memory write: its tokens count, and
+    # the trace (and the OTel export) show what it was asked and what it answered.
+    (write,) = steps_of(bodies[-1], "memory_write")
+    call = Step.objects.get(trace_id=bodies[-1]["trace_id"], step_type="thought", name="summary")
+    assert (call.parent_id, call.status) == (write.id, "completed")
+    assert call.data["input"] == summary_request
+    assert call.data["output"] == "- Ada maintains billing.\n- Deploys on Tuesday."
+    assert call.data["model"] == "fake-model"
+    assert call.tokens > 0
+
+
+@pytest.mark.django_db
+def test_a_summary_the_model_fails_is_a_failed_step_and_the_turns_wait(api, user, memory, scripted):
+    conversation = conversation_create(owner=user)
+    answers = [f"Thought: ok\nAction: final: noted {n}" for n in range(5)]
+    scripted.script([*answers, {"status": 500}, {"status": 500}])
+
+    bodies = fill(api, conversation, FACTS[:5])
+
+    assert not MemorySummary.objects.exists()
+    (write,) = steps_of(bodies[-1], "memory_write")
+    call = Step.objects.get(trace_id=bodies[-1]["trace_id"], name="summary")
+    assert (write.status, call.status, call.parent_id) == ("failed", "failed", write.id)
+    assert call.error == write.error
+    assert "500" in call.error
+    assert call.data["input"] == scripted.requests[-1]["messages"]
+    assert "output" not in call.data
+    assert AgentRun.objects.get(pk=bodies[-1]["run_id"]).status == "completed"
 
 
 @pytest.mark.django_db
