@@ -9,7 +9,7 @@ from contextlib import aclosing
 
 import structlog
 
-from agent.knowledge.rag import rag_answer, rag_messages
+from agent.knowledge.rag import rag_answer
 from agent.knowledge.search import SearchResult
 from agent.llm.base import ChatMessage, LLMProvider, LLMResponse
 from agent.loop import LoopConfig, run_react
@@ -121,10 +121,6 @@ async def _answer_from_documents(
         await recorder.retrieved(
             chunks, collection=collection, started_at=started_at, started=started
         )
-        if chunks and llm.writes_free_text:
-            # ``rag_answer`` asks the model next (with no chunks, or no model that writes,
-            # it answers from the passages itself).
-            recorder.model_calling("answer", rag_messages(run.input, chunks))
 
     async def delta(text: str) -> None:
         nonlocal streamed
@@ -138,6 +134,7 @@ async def _answer_from_documents(
             llm=llm,
             on_retrieved=slot.holding(retrieved),
             on_delta=slot.holding(delta),
+            on_asking=lambda messages: recorder.model_calling("answer", messages),
         )
     # The Sources list (and an extractive answer) are not streamed by the model; what was
     # streamed is a prefix of the answer (``rag_answer`` holds back a list the model wrote).

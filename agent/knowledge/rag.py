@@ -118,6 +118,7 @@ async def rag_answer(
     llm: LLMProvider | None = None,
     on_retrieved: Callable[[list[SearchResult]], Awaitable[None]] | None = None,
     on_delta: Callable[[str], Awaitable[None]] | None = None,
+    on_asking: Callable[[list[ChatMessage]], None] | None = None,
 ) -> RagAnswer:
     """Answer ``question`` from ``collection`` (default ``settings.KNOWLEDGE_DEFAULT_COLLECTION``)
     with ``llm`` (default: the configured model).
@@ -127,7 +128,9 @@ async def rag_answer(
     call. ``on_retrieved`` is awaited with the chunks once they are found; with
     ``on_delta`` the model's answer is streamed and each piece awaited with it as it arrives,
     and an empty piece when the model pauses (what was passed on must go out now, not with the
-    next token); the answer returned is the whole one, with its ``Sources:`` list."""
+    next token); ``on_asking`` is called with the messages the model is about to be sent,
+    when it is asked (not without passages or a model that writes); the answer returned is
+    the whole one, with its ``Sources:`` list."""
     name = collection or settings.KNOWLEDGE_DEFAULT_COLLECTION
     # Chroma and the embeddings block: in a thread of their own.
     chunks = await sync_to_async(search, thread_sensitive=False)(
@@ -153,11 +156,14 @@ async def rag_answer(
         logger.info("rag_answered", collection=name, chunks=len(chunks), model=llm.model)
         return RagAnswer(answer=answer, sources=quoted, chunks=chunks)
     response: LLMResponse | None = None
+    messages = rag_messages(question, chunks)
+    if on_asking is not None:
+        on_asking(messages)
     if on_delta is None:
-        response = await llm.complete(rag_messages(question, chunks))
+        response = await llm.complete(messages)
     else:
         text, sent = "", 0
-        async with aclosing(llm.stream(rag_messages(question, chunks))) as stream:
+        async with aclosing(llm.stream(messages)) as stream:
             async for chunk in stream:
                 if chunk.response is not None:
                     response = chunk.response

@@ -18,6 +18,7 @@ from agent.knowledge.answers import (
 )
 from agent.knowledge.ingest import SourceFile, ingest_files, ingest_paths
 from agent.knowledge.rag import SYSTEM_PROMPT, rag_answer
+from agent.llm import ChatMessage
 from devassist.markdown import render_markdown
 from tests.agent.fake_openai import FakeOpenAI
 
@@ -78,10 +79,23 @@ async def test_small_talk_gets_the_no_model_answer_not_quotes(guide: str, questi
 
 
 async def test_with_a_model_nothing_found_is_said_plainly(guide: str, scripted: FakeOpenAI) -> None:
-    result = await rag_answer(question="kubernetes helm")
+    asked: list[list[ChatMessage]] = []
+    result = await rag_answer(question="kubernetes helm", on_asking=asked.append)
 
     assert result.answer == "The documentation has nothing that matches this question."
     assert scripted.requests == []
+    assert asked == []  # no model call: nothing to record
+
+
+async def test_the_messages_the_model_is_sent_are_told_before_it_is_asked(
+    guide: str, scripted: FakeOpenAI
+) -> None:
+    scripted.script(["Each container gets 256 MB [1]."])
+    asked: list[list[ChatMessage]] = []
+
+    await rag_answer(question="What is the sandbox memory limit?", on_asking=asked.append)
+
+    assert asked == [scripted.requests[0]["messages"]]
 
 
 async def test_a_streamed_answer_is_sent_on_when_the_model_pauses(
