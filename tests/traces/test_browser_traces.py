@@ -772,3 +772,62 @@ def test_on_a_phone_a_steps_row_shows_its_outcome_duration_and_tokens(page, logi
         " return name.scrollWidth > name.clientWidth; }",
         str(thought.id),
     )  # its name is cut
+
+
+def test_a_long_error_gives_way_to_the_steps_name(page, login, screenshot) -> None:
+    """A failed step's error is cut before its name is: with a long error on a wide screen, the
+    name of the step ("iteration 1") shrank to "iter…" beside it, so the failed step could not
+    be told from the others."""
+    page.set_viewport_size({"width": 1400, "height": 900})
+    user = login("ada")
+    trace = make_trace(user, task="a model that is down")
+    error = (
+        "llm_unavailable: the model server at http://127.0.0.1:8080/v1 did not answer within "
+        "60 s after 3 attempts (ConnectTimeout: timed out while connecting to 127.0.0.1:8080)"
+    )
+    goal = step("goal", name="agent run", status="failed", error=error, duration_ms=60_000)
+    thought = step(
+        "thought", parent=goal, name="iteration 1", status="failed", error=error, duration_ms=60_000
+    )
+    long_name = step(
+        "action",
+        parent=thought,
+        name="search_the_team_documentation_for_the_deployment_runbook_of_the_billing_service",
+        status="failed",
+        error=error,
+        duration_ms=9,
+    )
+    add(trace, goal, thought, long_name)
+    Trace.objects.filter(id=trace.id).update(status="failed")
+    page.goto(f"/traces/{trace.id}/")
+    row = page.locator(f"#s-{thought.id} > .row")
+    row.wait_for()
+    for shown in (goal, thought):
+        sizes = page.evaluate(
+            "(id) => { const row = document.querySelector('#s-' + id + ' > .row');"
+            " const name = row.querySelector('.name'), outcome = row.querySelector('.outcome');"
+            " const text = document.createRange(); text.selectNodeContents(name);"
+            " const cut = text.getBoundingClientRect().width > name.getBoundingClientRect().width;"
+            " return {cut, outcome: outcome.clientWidth,"
+            " outcomeCut: outcome.scrollWidth > outcome.clientWidth}; }",
+            str(shown.id),
+        )
+        assert not sizes["cut"], (shown.name, sizes)  # the whole name is shown
+        assert sizes["outcomeCut"], sizes  # the error gave way
+        assert sizes["outcome"] > 40, sizes  # and still shows its start
+    assert "iteration 1" in row.locator(".name").inner_text()
+    # A long name is cut at 60% of its row, and the error beside it still shows its start, and
+    # the duration stays in the tree.
+    parts = page.evaluate(
+        "(id) => { const row = document.querySelector('#s-' + id + ' > .row');"
+        " const width = (sel) => row.querySelector(sel).getBoundingClientRect().width;"
+        " const pane = document.querySelector('.tree-pane').getBoundingClientRect();"
+        " return {row: row.getBoundingClientRect().width, name: width('.name'),"
+        " outcome: width('.outcome'),"
+        " durInside: row.querySelector('.dur').getBoundingClientRect().right <= pane.right}; }",
+        str(long_name.id),
+    )
+    assert parts["name"] <= 0.6 * parts["row"] + 1, parts
+    assert parts["outcome"] > 40, parts
+    assert parts["durInside"], parts
+    screenshot("long-error")
