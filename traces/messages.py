@@ -1,8 +1,9 @@
 """A model call's messages as agents record them (OpenAI's, the GenAI conventions',
-OpenLLMetry's and the Vercel AI SDK's shapes): objects with a string ``role`` whose text is
-a string ``content``, or parts of type ``text`` in ``content`` or ``parts``. What the trace
-page shows of a conversation, and what a trace recorded over OTLP is named after
-(``asked_in``)."""
+OpenLLMetry's, OpenInference's, the Vercel AI SDK's and LangChain's shapes): objects with a
+string ``role`` whose text is a string ``content``, or parts of type ``text`` in ``content``,
+``parts`` or ``contents``; LangChain's own serialisations of messages count as messages too.
+What the trace page shows of a conversation (``conversation``), and what a trace recorded over
+OTLP is named after (``asked_in``)."""
 
 from __future__ import annotations
 
@@ -10,18 +11,23 @@ from typing import Any
 
 #: The keys of a message that hold its text, in the shapes the conventions give it: a string
 #: (``content``), or a list of parts whose text ones are ``{"type": "text", "text" | "content"}``
-#: (the GenAI conventions' ``parts``, the Vercel AI SDK's and Anthropic's ``content``).
-MESSAGE_BODIES = ("content", "parts")
+#: (the GenAI conventions' ``parts``, the Vercel AI SDK's and Anthropic's ``content``), each
+#: under ``message_content`` in OpenInference's ``contents`` (LlamaIndex's messages).
+MESSAGE_BODIES = ("content", "parts", "contents")
 
 
-def is_conversation(value: Any) -> bool:
-    """Whether ``value`` is a list of messages: a non-empty list of objects that each have a
-    string ``role``."""
-    return (
-        isinstance(value, list)
-        and len(value) > 0
-        and all(isinstance(item, dict) and isinstance(item.get("role"), str) for item in value)
-    )
+def conversation(value: Any) -> list[dict[str, Any]] | None:
+    """``value`` as a list of messages with a ``role`` when it is a conversation: a non-empty
+    list of messages (objects with a string ``role``, or LangChain's serialisations, read as
+    such), or a list of one such list (the batch of one prompt LangChain records); None for
+    anything else."""
+    if isinstance(value, list) and len(value) == 1 and isinstance(value[0], list):
+        value = value[0]
+    if not isinstance(value, list) or not value:
+        return None
+    messages = [_as_message(item) for item in value]
+    found = [message for message in messages if message is not None]
+    return found if len(found) == len(messages) else None
 
 
 def split_message(message: dict[str, Any]) -> tuple[str, dict[str, Any]]:
@@ -35,6 +41,8 @@ def split_message(message: dict[str, Any]) -> tuple[str, dict[str, Any]]:
             texts.append(body)
             continue
         for part in body if isinstance(body, list) else [] if body is None else [body]:
+            if isinstance(part, dict) and isinstance(part.get("message_content"), dict):
+                part = part["message_content"]
             text = part.get("text", part.get("content")) if isinstance(part, dict) else None
             if isinstance(part, dict) and part.get("type") == "text" and isinstance(text, str):
                 texts.append(text)
@@ -44,22 +52,15 @@ def split_message(message: dict[str, Any]) -> tuple[str, dict[str, Any]]:
 
 
 def last_user_text(value: Any) -> str:
-    """The text of the last user message that has one in ``value``, a list of messages ("" for
-    anything else): what a model call was asked. LangChain's own serialisations of messages
-    (``{"type": "human", "data": {"content": ...}}`` and its ``lc`` constructors), which
-    LangChain and LangGraph agents record as their input, count as messages too."""
-    if not isinstance(value, list):
-        return ""
-    messages = [_as_message(item) for item in value]
-    if not messages or any(message is None for message in messages):
-        return ""
-    for message in reversed(messages):
+    """The text of the last user message that has one in ``value``, a conversation
+    (``conversation``; "" for anything else): what a model call was asked."""
+    for message in reversed(conversation(value) or []):
         if message["role"] == "user" and (text := split_message(message)[0].strip()):
             return text
     return ""
 
 
-#: LangChain's message types, by the role they are.
+#: LangChain's message types, by the role they are (their ``…Chunk`` types alike).
 _LANGCHAIN_ROLES = {
     "human": "user",
     "HumanMessage": "user",
@@ -69,12 +70,20 @@ _LANGCHAIN_ROLES = {
     "SystemMessage": "system",
     "tool": "tool",
     "ToolMessage": "tool",
+    "function": "function",
+    "FunctionMessage": "function",
 }
+#: LangChain's types of a message that carries its own role.
+_LANGCHAIN_OWN_ROLE = ("chat", "ChatMessage")
+#: What a LangChain message holds besides its text that a reader of the conversation wants:
+#: the tools it calls, the call a tool's answer is to, and the tool's (or speaker's) name.
+_LANGCHAIN_KEPT = ("tool_calls", "tool_call_id", "name")
 
 
 def _as_message(item: Any) -> dict[str, Any] | None:
     """``item`` as a message with a ``role``: itself when it has one, LangChain's
-    ``{"type", "data"}`` and ``{"lc", "id", "kwargs"}`` shapes as one; None for anything else."""
+    ``{"type", "data"}`` and ``{"lc", "id", "kwargs"}`` shapes as one (its content, and what of
+    ``_LANGCHAIN_KEPT`` it has; a ``ChatMessage`` with its own role); None for anything else."""
     if not isinstance(item, dict):
         return None
     if isinstance(item.get("role"), str):
@@ -82,11 +91,16 @@ def _as_message(item: Any) -> dict[str, Any] | None:
     kind, fields = item.get("type"), item.get("data")
     if item.get("lc") is not None and isinstance(item.get("id"), list) and item["id"]:
         kind, fields = item["id"][-1], item.get("kwargs")
-    role = _LANGCHAIN_ROLES.get(kind) if isinstance(kind, str) else None
-    if role is None:
+    if not isinstance(kind, str):
         return None
+    kind = kind.removesuffix("Chunk")
     body = fields if isinstance(fields, dict) else item
-    return {"role": role, "content": body.get("content")}
+    role = body.get("role") if kind in _LANGCHAIN_OWN_ROLE else _LANGCHAIN_ROLES.get(kind)
+    if not isinstance(role, str):
+        return None
+    message = {"role": role, "content": body.get("content")}
+    message |= {key: body[key] for key in _LANGCHAIN_KEPT if body.get(key)}
+    return message
 
 
 #: The keys under which agents' structured inputs hold what they were asked (smolagents' and

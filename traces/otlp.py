@@ -1008,16 +1008,23 @@ def _gather_lists(attributes: dict[str, Any]) -> dict[str, list[Any]]:
     if not any(key.startswith(_FLATTENED_PREFIXES) for key in attributes):
         return {}
     gathered = {key: _gather_list(attributes, sources) for key, sources in _FLATTENED.items()}
-    for key in _DOCUMENT_LISTS:
-        for document in gathered.get(key) or []:
-            # OpenInference writes a document's metadata as JSON text.
-            if isinstance(document, dict) and isinstance(document.get("metadata"), str):
-                document["metadata"] = json_text_value(document["metadata"])
+    for key, name in _JSON_TEXT_FIELDS:
+        for item in gathered.get(key) or []:
+            if isinstance(item, dict) and isinstance(item.get(name), str):
+                item[name] = json_text_value(item[name])
     return {key: items for key, items in gathered.items() if items is not None}
 
 
-#: The lists of ``_FLATTENED`` that hold documents.
-_DOCUMENT_LISTS = ("documents", "input_documents", "output_documents")
+#: The fields of the items of ``_FLATTENED``'s lists that instrumentations write as JSON text,
+#: parsed: OpenInference's documents' ``metadata`` and tools' ``json_schema``, OpenLLMetry's
+#: functions' ``parameters``.
+_JSON_TEXT_FIELDS = (
+    ("documents", "metadata"),
+    ("input_documents", "metadata"),
+    ("output_documents", "metadata"),
+    ("tools", "json_schema"),
+    ("tools", "parameters"),
+)
 
 
 def _gather_list(

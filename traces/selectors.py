@@ -47,7 +47,7 @@ from traces.exceptions import (
     TraceNotFound,
     TreeTooLarge,
 )
-from traces.messages import is_conversation, split_message
+from traces.messages import conversation, split_message
 from traces.models import (
     PendingLogEvents,
     Step,
@@ -946,12 +946,15 @@ def steps_by_id(*, trace: Trace, ids: Iterable[uuid.UUID]) -> list[dict[str, Any
 
 @dataclass(frozen=True)
 class ShownMessage:
-    """One message of a model conversation in a step's data (``_messages``): its role, its
-    text, and what else it holds (tool calls, parts that are not text) as JSON; ``cut`` when
-    only a preview of the text is shown."""
+    """One message of a model conversation in a step's data (``_messages``): its role, who
+    spoke (``about``: its name, and the tool call a tool's answer is to), its text, the tools it
+    calls (``name(arguments)``), and what else it holds (parts that are not text) as JSON;
+    ``cut`` when only a preview of the text is shown."""
 
     role: str
+    about: str
     text: str
+    calls: list[str]
     extra: str
     cut: bool
 
@@ -959,13 +962,16 @@ class ShownMessage:
 @dataclass(frozen=True)
 class ShownValue:
     """One value of a step's data, pretty-printed; ``cut`` when only a preview is shown.
-    ``messages`` when the value is a model conversation, shown as such."""
+    ``messages`` when the value is a model conversation, or an object whose ``messages`` are
+    one (a chat request, a LangGraph state), shown as such; then ``besides``, the object's
+    other keys as JSON."""
 
     key: str | None
     text: str
     cut: bool
     size: int
     messages: list[ShownMessage] | None = None
+    besides: str = ""
 
 
 def _pretty(value: Any) -> str:
@@ -979,19 +985,49 @@ MESSAGES_SHOWN = 200
 def _messages(value: Any) -> list[ShownMessage] | None:
     """``value`` as messages when it is a model conversation (``traces.messages``); None
     otherwise, and for more than ``MESSAGES_SHOWN`` messages."""
-    if not is_conversation(value) or len(value) > MESSAGES_SHOWN:
+    found = conversation(value)
+    if found is None or len(found) > MESSAGES_SHOWN:
         return None
-    return [_message(item) for item in value]
+    return [_message(item) for item in found]
+
+
+#: The keys of a message shown beside its role: who spoke (a tool's or a participant's name),
+#: and the call a tool's answer is to.
+_MESSAGE_ABOUT = ("name", "tool_call_id")
 
 
 def _message(message: dict[str, Any]) -> ShownMessage:
     text, rest = split_message(message)
+    calls = _calls(rest.get("tool_calls"))
+    if calls:
+        del rest["tool_calls"]
+    about = [rest.pop(key) for key in _MESSAGE_ABOUT if isinstance(rest.get(key), str)]
     return ShownMessage(
         role=message["role"],
+        about=" · ".join(about)[:VALUE_PREVIEW_CHARS],
         text=text[:VALUE_PREVIEW_CHARS],
+        calls=calls,
         extra=_pretty(rest)[:VALUE_PREVIEW_CHARS] if rest else "",
         cut=len(text) > VALUE_PREVIEW_CHARS,
     )
+
+
+def _calls(tool_calls: Any) -> list[str]:
+    """A message's tool calls as ``name(arguments)``, in OpenAI's shape (``function`` with its
+    ``name`` and ``arguments``) or LangChain's (``name`` and ``args``); [] when they are not
+    all one of those."""
+    if not isinstance(tool_calls, list):
+        return []
+    shown = []
+    for call in tool_calls:
+        called = call.get("function", call) if isinstance(call, dict) else None
+        if not isinstance(called, dict) or not isinstance(name := called.get("name"), str):
+            return []
+        arguments = called.get("arguments", called.get("args", ""))
+        if not isinstance(arguments, str):
+            arguments = json.dumps(arguments, ensure_ascii=False, sort_keys=True, default=str)
+        shown.append(f"{name}({arguments})"[:VALUE_PREVIEW_CHARS])
+    return shown
 
 
 #: The keys of a step's data shown first, in this order (what a tool was given and gave, what
@@ -1020,8 +1056,8 @@ _DATA_RANK = {
 def step_detail(*, trace: Trace, step_id: uuid.UUID) -> tuple[dict[str, Any], list[ShownValue]]:
     """A step with its full data (one query), and its data as values to show: one per
     top-level key of an object (in ``DATA_SHOWN_FIRST`` / ``DATA_SHOWN_LAST`` order), else
-    one; longer ones cut to ``VALUE_PREVIEW_CHARS``; a model conversation as its messages
-    too. ``StepNotFound``."""
+    one; longer ones cut to ``VALUE_PREVIEW_CHARS``; a model conversation, or an object whose
+    ``messages`` are one, as its messages too. ``StepNotFound``."""
     row = step_values(Step.objects.for_trace(trace).filter(pk=step_id), full=True).first()
     if row is None:
         raise StepNotFound(f"Step {step_id} does not exist in trace {trace.id}.")
@@ -1035,13 +1071,18 @@ def step_detail(*, trace: Trace, step_id: uuid.UUID) -> tuple[dict[str, Any], li
     shown = []
     for key, value in items:
         text = value if isinstance(value, str) else _pretty(value)
+        messages, besides = _messages(value), None
+        if messages is None and isinstance(value, dict):
+            messages = _messages(value.get("messages"))
+            besides = {name: item for name, item in value.items() if name != "messages"}
         shown.append(
             ShownValue(
                 key=key,
                 text=text[:VALUE_PREVIEW_CHARS],
                 cut=len(text) > VALUE_PREVIEW_CHARS,
                 size=len(text.encode()),
-                messages=_messages(value),
+                messages=messages,
+                besides=_pretty(besides)[:VALUE_PREVIEW_CHARS] if messages and besides else "",
             )
         )
     return step, shown

@@ -57,6 +57,19 @@ AI_SDK_BLOCKS = [{"role": "user", "content": [{"type": "text", "text": "Weather 
             ],
             "Weather in Paris?",
         ),
+        # OpenInference's parts of a LlamaIndex message; LangChain's chunks and own roles.
+        (
+            [
+                {
+                    "role": "user",
+                    "contents": [{"message_content": {"type": "text", "text": "Weather?"}}],
+                }
+            ],
+            "Weather?",
+        ),
+        ([{"type": "HumanMessageChunk", "data": {"content": "Weather?"}}], "Weather?"),
+        ([{"type": "chat", "data": {"role": "user", "content": "Weather?"}}], "Weather?"),
+        ([{"type": "chat", "data": {"content": "no role"}}], ""),
         ({"task": "Weather in Paris?", "cancellation_token": None}, "Weather in Paris?"),
         ({"input_args": {"question": "Weather in Paris?"}}, "Weather in Paris?"),
         ({"data": {"retriever": {"query": "Weather in Paris?"}}}, "Weather in Paris?"),

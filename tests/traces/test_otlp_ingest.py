@@ -444,7 +444,7 @@ async def test_an_openllmetry_trace_maps_entities_tools_and_usage(user):
         }
     ]
     assert not [k for k in chat.data["attributes"] if k.startswith("gen_ai.prompt")]
-    assert chat.data["tools"] == [{"name": "get_weather", "parameters": '{"type": "object"}'}]
+    assert chat.data["tools"] == [{"name": "get_weather", "parameters": {"type": "object"}}]
     assert steps["openai.embeddings"].tokens == 4
     tool = steps["get_weather.tool"]
     assert tool.data["tool_name"] == "get_weather"

@@ -8,7 +8,6 @@ are log records; and a Vercel AI SDK agent (TypeScript, under Node.js) with tele
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -43,7 +42,7 @@ from tests.traces.otlp_clients import (
 )
 from tests.traces.test_otlp_ingest import genai_agent, openinference_agent
 from traces.models import Step, StepType, Trace, TraceStatus
-from traces.selectors import trace_tree
+from traces.selectors import step_detail, trace_tree
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -417,7 +416,7 @@ def test_openinference_s_instrumentation_of_openai_is_recorded(app_server, user,
         {"role": "assistant", "content": "Rain <b>all</b> day."}
     ]
     (offered,) = chat.data["tools"]
-    assert json.loads(offered["json_schema"])["function"]["name"] == "get_weather"
+    assert offered["json_schema"]["function"]["name"] == "get_weather"  # the JSON text parsed
     client.force_login(user)
     page = client.get(f"/traces/{trace.id}/steps/{chat.id}/").content.decode()
     assert "Rain &lt;b&gt;all&lt;/b&gt; day." in page
@@ -579,3 +578,14 @@ def check_langchain_trace(trace: Trace) -> None:
     assert last.data["input_messages"][-1]["role"] == "tool"
     assert last.data["output_messages"] == [{"role": "assistant", "content": "Rain."}]
     assert trace.total_tokens == first.tokens + last.tokens > 0
+    # The step's page shows LangChain's own serialisation of the messages as the conversation
+    # too, the model's tool call as one.
+    _, shown = step_detail(trace=trace, step_id=last.id)
+    asked = {value.key: value for value in shown}["input"].messages
+    assert asked is not None
+    assert [message.role for message in asked] == ["system", "user", "assistant", "tool"]
+    assert asked[1].text == "Weather in Paris?"
+    (call,) = asked[2].calls
+    assert call.startswith("get_weather(")
+    assert "Paris" in call
+    assert asked[3].text == "rain in Paris"

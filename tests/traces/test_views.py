@@ -1227,3 +1227,127 @@ def test_a_window_read_after_steps_moved_offers_no_window_past_them(user: User) 
     view = selectors.tree_view(trace=read_before)
     assert len(view.roots) == 1
     assert view.next_offset is None
+
+
+#: A LangGraph ReAct agent's state as OpenInference records it (LangChain's ``{"type", "data"}``
+#: messages; recorded from langgraph 1.2 with openinference-instrumentation-langchain 0.1.80,
+#: metadata trimmed).
+LANGGRAPH_STATE = {
+    "messages": [
+        {"type": "human", "data": {"id": "07f6", "type": "human", "content": "Weather in Paris?"}},
+        {
+            "type": "ai",
+            "data": {
+                "type": "ai",
+                "content": "",
+                "name": None,
+                "tool_calls": [{"id": "call_7", "args": {"city": "Paris"}, "name": "get_weather"}],
+                "response_metadata": {"finish_reason": "tool_calls"},
+            },
+        },
+        {
+            "type": "tool",
+            "data": {
+                "type": "tool",
+                "name": "get_weather",
+                "content": "It is 18°C and raining in Paris.",
+                "tool_call_id": "call_7",
+                "status": "success",
+            },
+        },
+        {"type": "ai", "data": {"type": "ai", "content": "Rain, <i>18°C</i>.", "tool_calls": []}},
+    ],
+    "remaining_steps": 10006,
+}
+
+
+def test_the_detail_shows_langchain_messages_and_tool_calls_as_a_conversation(
+    signed_in: Client, user: User
+) -> None:
+    """What LangChain and LangGraph agents record of their messages (their own serialisations,
+    in an object beside other state, or LangChain's batch of one prompt) and what LlamaIndex
+    records (OpenInference's ``contents``) is shown as a conversation: each message's text,
+    the tools it calls as ``name(arguments)``, what else it holds, and the object's other keys;
+    the value as recorded a click away. These showed as raw JSON."""
+    trace = make_trace(user)
+    item = step(
+        "thought",
+        data={
+            "input": LANGGRAPH_STATE,
+            "output": {
+                "messages": [
+                    [
+                        {
+                            "lc": 1,
+                            "type": "constructor",
+                            "id": ["langchain", "schema", "messages", "SystemMessage"],
+                            "kwargs": {"type": "system", "content": "Be brief."},
+                        },
+                        {
+                            "lc": 1,
+                            "type": "constructor",
+                            "id": ["langchain", "schema", "messages", "AIMessageChunk"],
+                            "kwargs": {"type": "AIMessageChunk", "content": "Rain."},
+                        },
+                    ]
+                ]
+            },
+            "output_messages": [
+                {
+                    "role": "assistant",
+                    "contents": [{"message_content": {"text": "", "type": "text"}}],
+                    "tool_calls": [
+                        {"id": "call_0", "function": {"name": "add", "arguments": '{"a": 2}'}}
+                    ],
+                }
+            ],
+        },
+    )
+    add(trace, item)
+
+    _, shown = selectors.step_detail(trace=trace, step_id=item.id)
+    values = {value.key: value for value in shown}
+    state = values["input"]
+    assert state.messages is not None
+    assert [(m.role, m.text) for m in state.messages] == [
+        ("user", "Weather in Paris?"),
+        ("assistant", ""),
+        ("tool", "It is 18°C and raining in Paris."),
+        ("assistant", "Rain, <i>18°C</i>."),
+    ]
+    assert state.messages[1].calls == ['get_weather({"city": "Paris"})']
+    assert state.messages[1].extra == ""  # the calls were all it held besides
+    assert (state.messages[2].about, state.messages[2].extra) == ("get_weather · call_7", "")
+    assert json.loads(state.besides) == {"remaining_steps": 10006}
+    batch = values["output"]
+    assert batch.messages is not None
+    assert [(m.role, m.text) for m in batch.messages] == [
+        ("system", "Be brief."),
+        ("assistant", "Rain."),
+    ]
+    assert batch.besides == ""
+    (called,) = values["output_messages"].messages or []
+    assert (called.text, called.calls, called.extra) == ("", ['add({"a": 2})'], "")
+
+    content = signed_in.get(f"/traces/{trace.id}/steps/{item.id}/").content.decode()
+    assert "<code>get_weather({&quot;city&quot;: &quot;Paris&quot;})</code>" in content
+    assert '<span class="muted about">get_weather · call_7</span>' in content
+    assert "<pre>Rain, &lt;i&gt;18°C&lt;/i&gt;.</pre>" in content  # escaped
+    assert "<i>18°C</i>" not in content
+    assert "&quot;remaining_steps&quot;: 10006" in content
+    # The value as recorded, with what the conversation leaves out (LangChain's metadata).
+    assert content.count('<details class="raw">') == 3
+    assert "&quot;finish_reason&quot;: &quot;tool_calls&quot;" in content
+
+
+def test_tool_calls_of_no_known_shape_stay_json() -> None:
+    shown = selectors._messages(
+        [{"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "kind": "odd"}]}]
+    )
+    assert shown is not None
+    (message,) = shown
+    assert message.calls == []
+    assert json.loads(message.extra) == {"tool_calls": [{"id": "c1", "kind": "odd"}]}
+    # A list of several prompts (a LangChain batch) and messages of unknown types stay JSON.
+    assert selectors._messages([[{"role": "user"}], [{"role": "user"}]]) is None
+    assert selectors._messages([{"type": "human", "data": {}}, {"type": "robot"}]) is None
