@@ -70,7 +70,7 @@ _LANGCHAIN_ROLES = {
     "SystemMessage": "system",
     "tool": "tool",
     "ToolMessage": "tool",
-    "function": "function",
+    # Not "function": OpenAI's tools are {"type": "function", ...}.
     "FunctionMessage": "function",
 }
 #: LangChain's types of a message that carries its own role.

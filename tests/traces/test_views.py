@@ -1351,3 +1351,5 @@ def test_tool_calls_of_no_known_shape_stay_json() -> None:
     # A list of several prompts (a LangChain batch) and messages of unknown types stay JSON.
     assert selectors._messages([[{"role": "user"}], [{"role": "user"}]]) is None
     assert selectors._messages([{"type": "human", "data": {}}, {"type": "robot"}]) is None
+    # The tools offered to a model, in OpenAI's shape, are no messages.
+    assert selectors._messages([{"type": "function", "function": {"name": "add"}}]) is None
