@@ -51,6 +51,62 @@ def split_message(message: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     return "\n\n".join(texts), rest
 
 
+#: The parts of a message that call a tool, by their ``type``: the keys of the tool's name
+#: and of its arguments (the GenAI conventions' ``tool_call``, which LangChain's tool calls
+#: are typed too, the Vercel AI SDK's ``tool-call``, Anthropic's ``tool_use``).
+CALL_PARTS = {
+    "tool_call": ("name", ("arguments", "args")),
+    "tool-call": ("toolName", ("input", "args")),
+    "tool_use": ("name", ("input",)),
+}
+#: The parts of a message that answer a tool call, by their ``type``: the keys of the answer
+#: and of the call's id (the GenAI conventions' ``tool_call_response``, whose answer Pydantic
+#: AI calls ``result``, the Vercel AI SDK's ``tool-result``, Anthropic's ``tool_result``).
+ANSWER_PARTS = {
+    "tool_call_response": (("response", "result"), "id"),
+    "tool-result": (("output", "result"), "toolCallId"),
+    "tool_result": (("content",), "tool_use_id"),
+}
+
+
+def tool_call(call: Any) -> tuple[str, Any] | None:
+    """(the tool's name, the arguments) of an item of a message's ``tool_calls``: OpenAI's
+    (``function`` with its ``name`` and ``arguments``), LangChain's (``name`` and ``args``),
+    or a part of ``CALL_PARTS``; None for anything else."""
+    if not isinstance(call, dict):
+        return None
+    if call.get("type") in CALL_PARTS:
+        return part_call(call)
+    called = call.get("function", call)
+    if not isinstance(called, dict) or not isinstance(name := called.get("name"), str):
+        return None
+    return name, called.get("arguments", called.get("args", ""))
+
+
+def part_call(part: Any) -> tuple[str, Any] | None:
+    """(the tool's name, the arguments) of a part of a message that calls a tool
+    (``CALL_PARTS``); None for any other part."""
+    kind = part.get("type") if isinstance(part, dict) else None
+    if not isinstance(kind, str) or kind not in CALL_PARTS:
+        return None
+    name_key, argument_keys = CALL_PARTS[kind]
+    if not isinstance(name := part.get(name_key), str):
+        return None
+    return name, next((part[key] for key in argument_keys if key in part), "")
+
+
+def part_answer(part: Any) -> tuple[Any, str] | None:
+    """(the answer, the id of the call it answers or "") of a part of a message that answers
+    a tool call (``ANSWER_PARTS``); None for any other part."""
+    kind = part.get("type") if isinstance(part, dict) else None
+    if not isinstance(kind, str) or kind not in ANSWER_PARTS:
+        return None
+    answer_keys, id_key = ANSWER_PARTS[kind]
+    answer = next((part[key] for key in answer_keys if key in part), None)
+    call_id = part.get(id_key)
+    return answer, call_id if isinstance(call_id, str) else ""
+
+
 def last_user_text(value: Any) -> str:
     """The text of the last user message that has one in ``value``, a conversation
     (``conversation``; "" for anything else): what a model call was asked."""

@@ -957,6 +957,7 @@ _JSON_TEXT_KEYS = frozenset(
         "traceloop.entity.output",
         "gen_ai.input.messages",
         "gen_ai.output.messages",
+        "gen_ai.system_instructions",
         "ai.prompt.messages",
         "ai.prompt",
         "ai.response.object",
@@ -1206,6 +1207,11 @@ def _step_data(
         }
         if any(count is not None for count in usage.values()):
             data["usage"] = usage
+        # The GenAI conventions keep a model's (or an agent's) system prompt apart from its
+        # messages (Pydantic AI, OpenTelemetry's own instrumentations).
+        instructions = _lift(attributes, ("gen_ai.system_instructions",))
+        if instructions is not None:
+            data["system_instructions"] = instructions
         if inputs is not None:
             data["input"] = inputs
         if outputs is not None:
@@ -1258,14 +1264,20 @@ class _ToolReturn:
 _TOOL_FAILED = "The tool reported an error."
 
 
+#: What a Python tool call's recorded input holds besides its arguments: ``args`` and
+#: ``kwargs``, and smolagents' ``Tool.__call__`` flag (1.2x: ``sanitize_inputs_outputs``).
+_CALL_KEYS = frozenset({"args", "kwargs", "sanitize_inputs_outputs"})
+
+
 def _named_arguments(inputs: Any) -> Any:
     """A Python tool call's input as the named arguments it holds: LlamaIndex records a call
-    as ``{"kwargs": {...}}``, OpenLLMetry a function's as ``{"args": [], "kwargs": {...}}``.
-    Anything else (positional arguments among it) is returned as it is."""
+    as ``{"kwargs": {...}}``, OpenLLMetry a function's as ``{"args": [], "kwargs": {...}}``,
+    smolagents' with its ``sanitize_inputs_outputs`` flag beside them. Anything else
+    (positional arguments among it) is returned as it is."""
     if (
         isinstance(inputs, dict)
         and isinstance(inputs.get("kwargs"), dict)
-        and set(inputs) <= {"args", "kwargs"}
+        and set(inputs) <= _CALL_KEYS
         and not inputs.get("args")
     ):
         return inputs["kwargs"]

@@ -62,9 +62,13 @@ MESSAGE_EVENTS: dict[str, str] = {
 }
 #: The event of one of a model call's answers (a choice).
 CHOICE_EVENT = "gen_ai.choice"
-#: Attributes of an event that hold a model call's messages (the later conventions), by the
-#: key they take in the step's data.
-_MESSAGE_ATTRIBUTES = {"input": "gen_ai.input.messages", "output": "gen_ai.output.messages"}
+#: Attributes of an event that hold a model call's messages and its system prompt (the later
+#: conventions), by the key they take in the step's data.
+_MESSAGE_ATTRIBUTES = {
+    "system_instructions": "gen_ai.system_instructions",
+    "input": "gen_ai.input.messages",
+    "output": "gen_ai.output.messages",
+}
 #: What a record is called when it names no event.
 _PLAIN_RECORD = "log"
 #: The sampled bit of a record's ``flags`` (its span's W3C trace flags; 0: none sent).
@@ -262,7 +266,16 @@ def with_log_events(
 
 
 #: The keys a step's data starts with (``traces.otlp``): what a reader looks for first.
-_HEAD_KEYS = ("tool_name", "arguments", "result", "model", "usage", "input", "output")
+_HEAD_KEYS = (
+    "tool_name",
+    "arguments",
+    "result",
+    "model",
+    "usage",
+    "system_instructions",
+    "input",
+    "output",
+)
 
 
 def _placed(data: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
@@ -275,7 +288,7 @@ def _placed(data: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
 
 def _content(event: dict[str, Any]) -> tuple[dict[str, list[Any]], dict[str, Any]]:
     """The model-call messages in ``event`` by the data key they fill (``input``,
-    ``output``), and the event without them."""
+    ``output``, ``system_instructions``), and the event without them."""
     name, body = event["name"], event.get("body")
     if name in MESSAGE_EVENTS:
         message = {"role": MESSAGE_EVENTS[name]}

@@ -47,7 +47,14 @@ from traces.exceptions import (
     TraceNotFound,
     TreeTooLarge,
 )
-from traces.messages import conversation, split_message
+from traces.messages import (
+    MESSAGE_BODIES,
+    conversation,
+    part_answer,
+    part_call,
+    split_message,
+    tool_call,
+)
 from traces.models import (
     PendingLogEvents,
     Step,
@@ -992,42 +999,66 @@ def _messages(value: Any) -> list[ShownMessage] | None:
 
 
 #: The keys of a message shown beside its role: who spoke (a tool's or a participant's name),
-#: and the call a tool's answer is to.
-_MESSAGE_ABOUT = ("name", "tool_call_id")
+#: the call a tool's answer is to, and why a model's answer ended.
+_MESSAGE_ABOUT = ("name", "tool_call_id", "finish_reason")
 
 
 def _message(message: dict[str, Any]) -> ShownMessage:
+    """``message`` to show: its text (with the answers of the tool calls among its parts),
+    its tool calls (``tool_calls``, or parts that call a tool), who spoke, and the rest of
+    what it holds that says something (not null or empty)."""
     text, rest = split_message(message)
-    calls = _calls(rest.get("tool_calls"))
-    if calls:
+    texts = [text] if text else []
+    listed = rest.get("tool_calls")
+    found = [tool_call(item) for item in listed] if isinstance(listed, list) else []
+    calls = [call for call in found if call is not None]
+    if found and len(calls) == len(found):
         del rest["tool_calls"]
+    else:
+        calls = []  # none, or some of a shape not known: all shown as they are
     about = [rest.pop(key) for key in _MESSAGE_ABOUT if isinstance(rest.get(key), str)]
+    for key in MESSAGE_BODIES:  # what split_message left of them: the parts that are not text
+        kept = []
+        for part in rest.get(key, []) if isinstance(rest.get(key), list) else []:
+            if (call := part_call(part)) is not None:
+                calls.append(call)
+            elif (answer := part_answer(part)) is not None:
+                texts.append(_answer_text(answer[0]))
+                about += [answer[1]] if answer[1] else []
+            else:
+                kept.append(part)
+        if key in rest:
+            rest[key] = kept
+    rest = {key: item for key, item in rest.items() if item not in (None, "", [], {})}
+    shown_text = "\n\n".join(texts)
     return ShownMessage(
         role=message["role"],
         about=" · ".join(about)[:VALUE_PREVIEW_CHARS],
-        text=text[:VALUE_PREVIEW_CHARS],
-        calls=calls,
+        text=shown_text[:VALUE_PREVIEW_CHARS],
+        calls=[_call_text(name, arguments) for name, arguments in calls],
         extra=_pretty(rest)[:VALUE_PREVIEW_CHARS] if rest else "",
-        cut=len(text) > VALUE_PREVIEW_CHARS,
+        cut=len(shown_text) > VALUE_PREVIEW_CHARS,
     )
 
 
-def _calls(tool_calls: Any) -> list[str]:
-    """A message's tool calls as ``name(arguments)``, in OpenAI's shape (``function`` with its
-    ``name`` and ``arguments``) or LangChain's (``name`` and ``args``); [] when they are not
-    all one of those."""
-    if not isinstance(tool_calls, list):
-        return []
-    shown = []
-    for call in tool_calls:
-        called = call.get("function", call) if isinstance(call, dict) else None
-        if not isinstance(called, dict) or not isinstance(name := called.get("name"), str):
-            return []
-        arguments = called.get("arguments", called.get("args", ""))
-        if not isinstance(arguments, str):
-            arguments = json.dumps(arguments, ensure_ascii=False, sort_keys=True, default=str)
-        shown.append(f"{name}({arguments})"[:VALUE_PREVIEW_CHARS])
-    return shown
+def _call_text(name: str, arguments: Any) -> str:
+    """A tool call as ``name(arguments)``: the arguments as the model wrote them (JSON text),
+    else as compact JSON."""
+    if not isinstance(arguments, str):
+        arguments = json.dumps(arguments, ensure_ascii=False, sort_keys=True, default=str)
+    return f"{name}({arguments})"[:VALUE_PREVIEW_CHARS]
+
+
+def _answer_text(answer: Any) -> str:
+    """A tool's answer in a message's part as text: itself when text, the text of its text
+    blocks (Anthropic's), else its JSON."""
+    if isinstance(answer, str):
+        return answer
+    if isinstance(answer, list) and answer:
+        blocks = [split_message({"content": [block]})[0] for block in answer]
+        if all(blocks):
+            return "\n\n".join(blocks)
+    return _pretty(answer)
 
 
 #: The keys of a step's data shown first, in this order (what a tool was given and gave, what
@@ -1040,6 +1071,7 @@ DATA_SHOWN_FIRST = (
     "arguments",
     "result",
     "model",
+    "system_instructions",
     "input_messages",
     "output_messages",
     "input",
@@ -1072,7 +1104,11 @@ def step_detail(*, trace: Trace, step_id: uuid.UUID) -> tuple[dict[str, Any], li
     for key, value in items:
         text = value if isinstance(value, str) else _pretty(value)
         messages, besides = _messages(value), None
-        if messages is None and isinstance(value, dict):
+        if key == "system_instructions" and isinstance(value, list | str):
+            # The GenAI conventions' system prompt, parts or text: one system message.
+            body = "parts" if isinstance(value, list) else "content"
+            messages = _messages([{"role": "system", body: value}])
+        elif messages is None and isinstance(value, dict):
             messages = _messages(value.get("messages"))
             besides = {name: item for name, item in value.items() if name != "messages"}
         shown.append(

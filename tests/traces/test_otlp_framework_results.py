@@ -310,6 +310,19 @@ async def test_a_tool_result_that_only_looks_like_a_framework_s_object_stays_as_
             {"city": "Paris"},
             id="openllmetry",
         ),
+        pytest.param(
+            "get_weather",
+            {
+                # smolagents 1.26 with openinference-instrumentation-smolagents 0.1.43.
+                "openinference.span.kind": "TOOL",
+                "tool.name": "get_weather",
+                "input.value": json.dumps(
+                    {"args": [], "sanitize_inputs_outputs": True, "kwargs": {"city": "Paris"}}
+                ),
+            },
+            {"city": "Paris"},
+            id="smolagents",
+        ),
     ],
 )
 async def test_a_python_call_s_named_arguments_are_the_tool_s_arguments(

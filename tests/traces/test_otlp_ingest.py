@@ -137,6 +137,7 @@ def genai_agent(tracer: otel_trace.Tracer) -> None:
                 "gen_ai.input.messages": json.dumps(
                     [{"role": "user", "parts": [{"type": "text", "content": "Paris?"}]}]
                 ),
+                "gen_ai.system_instructions": json.dumps([{"type": "text", "content": "Brief."}]),
                 "gen_ai.output.messages": json.dumps(
                     [
                         {
@@ -393,6 +394,9 @@ async def test_a_genai_trace_maps_operations_usage_cost_and_exceptions(user):
     assert chat.data["input"][0]["parts"][0]["content"] == "Paris?"
     assert chat.data["output"][0]["finish_reason"] == "stop"
     assert "gen_ai.input.messages" not in chat.data["attributes"]
+    # The system prompt the conventions keep apart from the messages, parsed.
+    assert chat.data["system_instructions"] == [{"type": "text", "content": "Brief."}]
+    assert "gen_ai.system_instructions" not in chat.data["attributes"]
     tool = steps["execute_tool get_weather"]
     assert tool.step_type == StepType.ACTION
     assert tool.data["tool_name"] == "get_weather"

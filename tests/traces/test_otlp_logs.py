@@ -281,6 +281,7 @@ def operation_details(tracer: otel_trace.Tracer, logger: Logger) -> None:
             event_name="gen_ai.client.inference.operation.details",
             attributes={
                 "gen_ai.operation.name": "chat",
+                "gen_ai.system_instructions": ({"type": "text", "content": "Be brief."},),
                 "gen_ai.input.messages": (
                     {"role": "user", "parts": ({"type": "text", "content": "Paris?"},)},
                 ),
@@ -306,6 +307,8 @@ async def test_the_later_conventions_details_event_gives_the_messages(user):
         {"role": "user", "parts": [{"type": "text", "content": "Paris?"}]}
     ]
     assert step.data["output"][0]["parts"] == [{"type": "text", "content": "Rain."}]
+    assert step.data["system_instructions"] == [{"type": "text", "content": "Be brief."}]
+    assert step.data["otel_span"]["from_logs"] == ["input", "output", "system_instructions"]
     (event,) = step.data["events"]
     assert event["name"] == "gen_ai.client.inference.operation.details"
     assert event["attributes"] == {"gen_ai.operation.name": "chat"}

@@ -1335,6 +1335,7 @@ def test_the_detail_shows_langchain_messages_and_tool_calls_as_a_conversation(
     assert "<pre>Rain, &lt;i&gt;18°C&lt;/i&gt;.</pre>" in content  # escaped
     assert "<i>18°C</i>" not in content
     assert "&quot;remaining_steps&quot;: 10006" in content
+    assert "besides the messages" in content
     # The value as recorded, with what the conversation leaves out (LangChain's metadata).
     assert content.count('<details class="raw">') == 3
     assert "&quot;finish_reason&quot;: &quot;tool_calls&quot;" in content
@@ -1353,3 +1354,104 @@ def test_tool_calls_of_no_known_shape_stay_json() -> None:
     assert selectors._messages([{"type": "human", "data": {}}, {"type": "robot"}]) is None
     # The tools offered to a model, in OpenAI's shape, are no messages.
     assert selectors._messages([{"type": "function", "function": {"name": "add"}}]) is None
+
+
+def test_tool_calls_and_answers_in_message_parts_show_as_calls_and_text(
+    signed_in: Client, user: User
+) -> None:
+    """Tool calls and their answers as parts of messages (the GenAI conventions', as
+    OpenTelemetry's OpenAI instrumentation and Pydantic AI record them; the Vercel AI SDK's;
+    Anthropic's) show as calls and as the answers' text, with the call's id beside the role:
+    they showed as an empty message over a block of JSON. A system prompt kept apart
+    (``system_instructions``) is a system message; null fields (the OpenAI Agents SDK's) say
+    nothing and are not shown; why an answer ended is beside its role."""
+    trace = make_trace(user)
+    item = step(
+        "thought",
+        data={
+            "system_instructions": [{"type": "text", "content": "Be brief."}],
+            "input": [
+                {"role": "user", "parts": [{"type": "text", "content": "Weather in Paris?"}]},
+                {
+                    "role": "assistant",
+                    "parts": [
+                        {
+                            "type": "tool_call",
+                            "id": "c1",
+                            "name": "get_weather",
+                            "arguments": {"city": "Paris"},
+                        }
+                    ],
+                },
+                {
+                    "role": "tool",
+                    "parts": [{"type": "tool_call_response", "id": "c1", "response": "Rain."}],
+                },
+                # Pydantic AI: the answer under result, from the user.
+                {
+                    "role": "user",
+                    "parts": [{"type": "tool_call_response", "id": "c2", "result": {"mm": 4}}],
+                },
+                # The Vercel AI SDK, and Anthropic.
+                {
+                    "role": "assistant",
+                    "content": [
+                        {"type": "tool-call", "toolCallId": "v1", "toolName": "now", "input": {}},
+                        {"type": "tool_use", "id": "a1", "name": "sum", "input": {"a": 1}},
+                    ],
+                },
+                {
+                    "role": "tool",
+                    "content": [{"type": "tool-result", "toolCallId": "v1", "output": "noon"}],
+                },
+                {
+                    "role": "user",
+                    "content": [
+                        {
+                            "type": "tool_result",
+                            "tool_use_id": "a1",
+                            "content": [{"type": "text", "text": "1"}],
+                        },
+                        {"type": "image", "url": "https://example.com/a.png"},
+                    ],
+                },
+            ],
+            "output": [
+                {
+                    "role": "assistant",
+                    "audio": None,
+                    "refusal": None,
+                    "annotations": [],
+                    "content": "Rain all day.",
+                    "finish_reason": "stop",
+                }
+            ],
+        },
+    )
+    add(trace, item)
+
+    _, shown = selectors.step_detail(trace=trace, step_id=item.id)
+    values = {value.key: value for value in shown}
+    assert [value.key for value in shown][:3] == ["system_instructions", "input", "output"]
+    (system,) = values["system_instructions"].messages or []
+    assert (system.role, system.text) == ("system", "Be brief.")
+    asked = values["input"].messages or []
+    assert [(m.role, m.about, m.text, m.calls) for m in asked] == [
+        ("user", "", "Weather in Paris?", []),
+        ("assistant", "", "", ['get_weather({"city": "Paris"})']),
+        ("tool", "c1", "Rain.", []),
+        ("user", "c2", '{\n  "mm": 4\n}', []),
+        ("assistant", "", "", ["now({})", 'sum({"a": 1})']),
+        ("tool", "v1", "noon", []),
+        ("user", "a1", "1", []),
+    ]
+    assert [m.extra for m in asked[:6]] == [""] * 6
+    assert json.loads(asked[6].extra) == {
+        "content": [{"type": "image", "url": "https://example.com/a.png"}]
+    }
+    (answer,) = values["output"].messages or []
+    assert (answer.about, answer.text, answer.extra) == ("stop", "Rain all day.", "")
+
+    content = signed_in.get(f"/traces/{trace.id}/steps/{item.id}/").content.decode()
+    assert "<code>get_weather({&quot;city&quot;: &quot;Paris&quot;})</code>" in content
+    assert '<span class="muted about">c1</span><pre>Rain.</pre>' in content
