@@ -1207,15 +1207,16 @@ def _step_data(
         }
         if any(count is not None for count in usage.values()):
             data["usage"] = usage
-        # The GenAI conventions keep a model's (or an agent's) system prompt apart from its
-        # messages (Pydantic AI, OpenTelemetry's own instrumentations).
-        instructions = _lift(attributes, ("gen_ai.system_instructions",))
-        if instructions is not None:
-            data["system_instructions"] = instructions
         if inputs is not None:
             data["input"] = inputs
         if outputs is not None:
             data["output"] = outputs
+        # The GenAI conventions keep a model's (or an agent's) system prompt apart from its
+        # messages (Pydantic AI, OpenTelemetry's own instrumentations); after them, so that
+        # the step's preview starts with what was asked.
+        instructions = _lift(attributes, ("gen_ai.system_instructions",))
+        if instructions is not None:
+            data["system_instructions"] = instructions
     data["attributes"] = attributes
     if events:
         data["events"] = events

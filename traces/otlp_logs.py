@@ -272,9 +272,9 @@ _HEAD_KEYS = (
     "result",
     "model",
     "usage",
-    "system_instructions",
     "input",
     "output",
+    "system_instructions",
 )
 
 
