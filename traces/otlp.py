@@ -1200,12 +1200,14 @@ def _step_data(
         model = next((attributes[k] for k in _MODEL_KEYS if k in attributes), None)
         if model is not None:
             data["model"] = model
-        usage = {
+        counts = {
             "prompt_tokens": _count(attributes, _INPUT_TOKENS),
             "completion_tokens": _count(attributes, _OUTPUT_TOKENS),
             "total_tokens": _count(attributes, _TOTAL_TOKENS),
         }
-        if any(count is not None for count in usage.values()):
+        # The counts the span gave, and only those.
+        usage = {name: count for name, count in counts.items() if count is not None}
+        if usage:
             data["usage"] = usage
         if inputs is not None:
             data["input"] = inputs
