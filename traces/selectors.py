@@ -1017,9 +1017,11 @@ def _message(message: dict[str, Any]) -> ShownMessage:
     else:
         calls = []  # none, or some of a shape not known: all shown as they are
     about = [rest.pop(key) for key in _MESSAGE_ABOUT if isinstance(rest.get(key), str)]
-    for key in MESSAGE_BODIES:  # what split_message left of them: the parts that are not text
+    for key in MESSAGE_BODIES:
+        if key not in rest:
+            continue
         kept = []
-        for part in rest.get(key, []) if isinstance(rest.get(key), list) else []:
+        for part in rest[key]:  # the parts split_message left: those that are not text
             if (call := part_call(part)) is not None:
                 calls.append(call)
             elif (answer := part_answer(part)) is not None:
@@ -1027,8 +1029,7 @@ def _message(message: dict[str, Any]) -> ShownMessage:
                 about += [answer[1]] if answer[1] else []
             else:
                 kept.append(part)
-        if key in rest:
-            rest[key] = kept
+        rest[key] = kept
     rest = {key: item for key, item in rest.items() if item not in (None, "", [], {})}
     shown_text = "\n\n".join(texts)
     return ShownMessage(
