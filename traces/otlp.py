@@ -586,6 +586,7 @@ def _span_step(
     texts = [("a name", span.name), ("a status message", span.status.message)]
     check_texts([*texts, *(("an event name", event.name) for event in span.events)], limits)
     attributes = attributes_of(span.attributes, limits)
+    _parse_declared_json(attributes)
     events = [
         {
             "name": event.name,
@@ -929,7 +930,12 @@ _OUTPUT_KEYS = (
     "ai.response.text",
     "ai.response.object",
     "ai.response.toolCalls",
+    # Pydantic AI's agent run: what it answered.
+    "final_result",
 )
+#: Pydantic AI's agent run: the whole conversation of the run, history included (its model
+#: calls have their own ``gen_ai.input.messages``; the run has none).
+_MESSAGES_KEYS = ("pydantic_ai.all_messages",)
 _MODEL_KEYS = (
     "gen_ai.request.model",
     "gen_ai.response.model",
@@ -958,6 +964,7 @@ _JSON_TEXT_KEYS = frozenset(
         "gen_ai.input.messages",
         "gen_ai.output.messages",
         "gen_ai.system_instructions",
+        "gen_ai.tool.definitions",
         "ai.prompt.messages",
         "ai.prompt",
         "ai.response.object",
@@ -1100,6 +1107,34 @@ def _lift(attributes: dict[str, Any], keys: Iterable[str], mime_key: str | None 
 _MAX_TEXT_NESTING = 50
 
 
+#: The types Logfire's SDK declares an attribute it sent as JSON text with (Pydantic AI writes
+#: its spans as Logfire does).
+_DECLARED_JSON_TYPES = frozenset({"object", "array"})
+
+
+def _parse_declared_json(attributes: dict[str, Any]) -> None:
+    """Parse, in place, the attributes that ``logfire.json_schema`` declares JSON text of an
+    object or a list: Logfire's SDK sends every structured value as such text, with a schema
+    naming them (Pydantic AI's ``pydantic_ai.all_messages``, ``model_request_parameters``,
+    ``final_result``). A text that does not parse to an object or a list (a ``final_result``
+    that is a plain answer) stays as it came."""
+    schema = attributes.get("logfire.json_schema")
+    if not isinstance(schema, str):
+        return
+    declared = json_text_value(schema)
+    properties = declared.get("properties") if isinstance(declared, dict) else None
+    if not isinstance(properties, dict):
+        return
+    for key, spec in properties.items():
+        value = attributes.get(key)
+        if not isinstance(value, str) or not isinstance(spec, dict):
+            continue
+        if spec.get("type") in _DECLARED_JSON_TYPES:
+            parsed = json_text_value(value)
+            if isinstance(parsed, dict | list):
+                attributes[key] = parsed
+
+
 def json_text_value(text: str) -> Any:
     """The JSON ``text`` (an attribute that holds JSON) parsed; the text itself when it does
     not parse, or nests deeper than ``_MAX_TEXT_NESTING`` levels."""
@@ -1170,6 +1205,10 @@ def _step_data(
     if outputs is None:
         outputs = _event_content(events, "gen_ai.content.completion", "gen_ai.completion")
     data.update(lists)
+    # The tools a model was offered, as the GenAI conventions record them (JSON text where an
+    # SDK records strings): Pydantic AI's, OpenTelemetry's own instrumentations'.
+    if "tools" not in data and "gen_ai.tool.definitions" in attributes:
+        data["tools"] = _lift(attributes, ("gen_ai.tool.definitions",))
     if step_type == StepType.ACTION:
         name = next((attributes[k] for k in _TOOL_NAME_KEYS if k in attributes), None)
         data["tool_name"] = name if isinstance(name, str) else _span_tool_name(span.name)
@@ -1213,6 +1252,9 @@ def _step_data(
             data["input"] = inputs
         if outputs is not None:
             data["output"] = outputs
+        messages = _lift(attributes, _MESSAGES_KEYS)
+        if messages is not None:
+            data["messages"] = messages
         # The GenAI conventions keep a model's (or an agent's) system prompt apart from its
         # messages (Pydantic AI, OpenTelemetry's own instrumentations); after them, so that
         # the step's preview starts with what was asked.

@@ -1077,6 +1077,7 @@ DATA_SHOWN_FIRST = (
     "output_messages",
     "input",
     "output",
+    "messages",
     "usage",
 )
 DATA_SHOWN_LAST = ("attributes", "events", "links", "otel_span")

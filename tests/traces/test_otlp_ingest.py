@@ -409,6 +409,137 @@ async def test_a_genai_trace_maps_operations_usage_cost_and_exceptions(user):
     )
 
 
+#: What Pydantic AI 2.78's instrumentation sent for an agent run with one tool call (recorded
+#: with the OTel SDK's ``InMemorySpanExporter``; trimmed to what matters, the strings exact).
+#: It writes its spans as Logfire's SDK does: structured values as JSON text, declared in
+#: ``logfire.json_schema``.
+PYDANTIC_AI_MESSAGES = (
+    '[{"role":"system","parts":[{"type":"text","content":"Be brief."}]},'
+    '{"role":"user","parts":[{"type":"text","content":"Weather in Paris?"}]},'
+    '{"role":"assistant","parts":[{"type":"tool_call","id":"call_1","name":"get_weather",'
+    '"arguments":"{\\"city\\": \\"Paris\\"}"}],"finish_reason":"tool_call"},'
+    '{"role":"user","parts":[{"type":"tool_call_response","id":"call_1",'
+    '"name":"get_weather","result":"rain in Paris"}]},'
+    '{"role":"assistant","parts":[{"type":"text","content":"Rain."}],"finish_reason":"stop"}]'
+)
+PYDANTIC_AI_TOOLS = (
+    '[{"type":"function","name":"get_weather","description":"The weather in a city.",'
+    '"parameters":{"additionalProperties":false,"properties":{"city":{"type":"string"}},'
+    '"required":["city"],"type":"object"}}]'
+)
+
+
+def pydantic_ai_agent(tracer: otel_trace.Tracer, *, final_result: str = "Rain.") -> None:
+    with (
+        tracer.start_as_current_span(
+            "invoke_agent agent",
+            attributes={
+                "gen_ai.operation.name": "invoke_agent",
+                "gen_ai.agent.name": "agent",
+                "final_result": final_result,
+                "gen_ai.aggregated_usage.input_tokens": 16,
+                "gen_ai.aggregated_usage.output_tokens": 2,
+                "pydantic_ai.all_messages": PYDANTIC_AI_MESSAGES,
+                "metadata": '{"ticket": 7}',
+                "logfire.json_schema": '{"type":"object","properties":{"pydantic_ai.all_messages":'
+                '{"type":"array"},"metadata":{"type":"array"},"final_result":{"type":"object"}}}',
+            },
+        ),
+        tracer.start_as_current_span(
+            "chat gpt-4o",
+            kind=SpanKind.CLIENT,
+            attributes={
+                "gen_ai.operation.name": "chat",
+                "gen_ai.request.model": "gpt-4o",
+                "model_request_parameters": '{"function_tools":[{"name":"get_weather"}],'
+                '"allow_text_output":true}',
+                "gen_ai.tool.definitions": PYDANTIC_AI_TOOLS,
+                "gen_ai.input.messages": '[{"role":"user","parts":[{"type":"text",'
+                '"content":"Weather in Paris?"}]}]',
+                "logfire.json_schema": '{"type":"object","properties":{"gen_ai.input.messages":'
+                '{"type":"array"},"gen_ai.output.messages":{"type":"array"},'
+                '"model_request_parameters":{"type":"object"}}}',
+                "gen_ai.usage.input_tokens": 6,
+                "gen_ai.usage.output_tokens": 1,
+            },
+        ),
+    ):
+        pass
+
+
+async def test_a_pydantic_ai_run_shows_its_conversation_answer_and_tools(user):
+    """Pydantic AI's agent run has no input or output attributes: its conversation is
+    ``pydantic_ai.all_messages`` (the step's ``messages``) and its answer ``final_result``
+    (its ``output``); the attributes Logfire's ``logfire.json_schema`` declares JSON come
+    parsed, and the tools offered to a model (``gen_ai.tool.definitions``) are its ``tools``.
+    The run's aggregated usage restates its model calls': the trace counts each token once."""
+    spans = sdk_spans(pydantic_ai_agent)
+    response = await post_otlp(protobuf_body(spans), token=await token_for(user))
+    assert response.status_code == HTTPStatus.OK, response.content
+    trace, steps, _ = await stored(trace_of(spans))
+    run = steps["invoke_agent agent"]
+    assert run.data["output"] == "Rain."
+    assert [m["role"] for m in run.data["messages"]] == [
+        "system",
+        "user",
+        "assistant",
+        "user",
+        "assistant",
+    ]
+    assert run.data["messages"][3]["parts"][0]["result"] == "rain in Paris"
+    assert run.data["attributes"]["metadata"] == {"ticket": 7}
+    assert "pydantic_ai.all_messages" not in run.data["attributes"]
+    assert "final_result" not in run.data["attributes"]
+    chat = steps["chat gpt-4o"]
+    assert chat.data["tools"] == json.loads(PYDANTIC_AI_TOOLS)
+    assert chat.data["attributes"]["model_request_parameters"] == {
+        "function_tools": [{"name": "get_weather"}],
+        "allow_text_output": True,
+    }
+    assert "gen_ai.tool.definitions" not in chat.data["attributes"]
+    assert (run.tokens, chat.tokens, trace.total_tokens) == (0, 7, 7)
+    # Named after what its model was asked (the run itself records no input).
+    assert trace.task == "Weather in Paris?"
+
+
+@pytest.mark.parametrize(
+    ("schema", "value", "kept"),
+    [
+        # A plain answer under a declared object: not JSON, kept as it came.
+        ('{"properties": {"final_result": {"type": "object"}}}', "Rain.", "Rain."),
+        # JSON text of a number or a string is the answer as it came, not a parsed scalar.
+        ('{"properties": {"final_result": {"type": "object"}}}', "42", "42"),
+        ('{"properties": {"final_result": {"type": "object"}}}', '"quoted"', '"quoted"'),
+        # An attribute the schema does not declare structured stays text.
+        ('{"properties": {"final_result": {}}}', '{"a": 1}', '{"a": 1}'),
+        # A schema that is not one (not JSON, no properties, properties not an object).
+        ("not json", '{"a": 1}', '{"a": 1}'),
+        ('{"type": "object"}', '{"a": 1}', '{"a": 1}'),
+        ('{"properties": ["final_result"]}', '{"a": 1}', '{"a": 1}'),
+        ('{"properties": {"final_result": "object"}}', '{"a": 1}', '{"a": 1}'),
+        # Declared and JSON: parsed.
+        ('{"properties": {"final_result": {"type": "object"}}}', '{"a": 1}', {"a": 1}),
+    ],
+)
+async def test_only_what_logfire_s_schema_declares_json_is_parsed(user, schema, value, kept):
+    def agent(tracer: otel_trace.Tracer) -> None:
+        with tracer.start_as_current_span(
+            "agent run",
+            attributes={
+                "gen_ai.operation.name": "invoke_agent",
+                "final_result": value,
+                "logfire.json_schema": schema,
+            },
+        ):
+            pass
+
+    spans = sdk_spans(agent)
+    response = await post_otlp(protobuf_body(spans), token=await token_for(user))
+    assert response.status_code == HTTPStatus.OK, response.content
+    _, steps, _ = await stored(trace_of(spans))
+    assert steps["agent run"].data["output"] == kept
+
+
 async def test_an_openllmetry_trace_maps_entities_tools_and_usage(user):
     spans = sdk_spans(openllmetry_agent)
     response = await post_otlp(json_body(spans), token=await token_for(user), content_type=JSON)

@@ -479,6 +479,18 @@ def test_a_pydantic_ai_agent_is_recorded(app_server, user, client):
     assert trace.total_cost > 0  # its operation.cost, on the model calls
     answer = Step.objects.get(pk=uuid.UUID(last["step_id"]))
     assert answer.data["output"][0]["parts"][0]["content"] == "Rain."
+    # The tools the model was offered, parsed; the run's answer and its whole conversation.
+    assert [tool["name"] for tool in answer.data["tools"]] == ["get_weather"]
+    run = Step.objects.get(pk=uuid.UUID(root["step_id"]))
+    assert run.data["output"] == "Rain."
+    assert [m["role"] for m in run.data["messages"]] == [
+        "system",
+        "user",
+        "assistant",
+        "user",
+        "assistant",
+    ]
+    assert trace.task == "Weather in Paris?"
 
 
 def test_an_openai_agents_sdk_agent_is_recorded(app_server, user, client):

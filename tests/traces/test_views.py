@@ -1455,3 +1455,31 @@ def test_tool_calls_and_answers_in_message_parts_show_as_calls_and_text(
     content = signed_in.get(f"/traces/{trace.id}/steps/{item.id}/").content.decode()
     assert "<code>get_weather({&quot;city&quot;: &quot;Paris&quot;})</code>" in content
     assert '<span class="muted about">c1</span><pre>Rain.</pre>' in content
+
+
+def test_an_agent_run_s_conversation_shows_after_its_answer(signed_in: Client, user: User) -> None:
+    """An agent run's whole conversation (``messages``: Pydantic AI's
+    ``pydantic_ai.all_messages``) shows as messages, after what the run answered."""
+    trace = make_trace(user)
+    item = step(
+        "goal",
+        data={
+            "attributes": {"gen_ai.agent.name": "agent"},
+            "messages": [
+                {"role": "user", "parts": [{"type": "text", "content": "Weather in <Paris>?"}]},
+                {"role": "assistant", "parts": [{"type": "text", "content": "Rain."}]},
+            ],
+            "output": "Rain.",
+        },
+    )
+    add(trace, item)
+
+    _, shown = selectors.step_detail(trace=trace, step_id=item.id)
+    assert [value.key for value in shown] == ["output", "messages", "attributes"]
+    messages = shown[1].messages or []
+    assert [(m.role, m.text) for m in messages] == [
+        ("user", "Weather in <Paris>?"),
+        ("assistant", "Rain."),
+    ]
+    content = signed_in.get(f"/traces/{trace.id}/steps/{item.id}/").content.decode()
+    assert "<pre>Weather in &lt;Paris&gt;?</pre>" in content
