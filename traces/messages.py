@@ -46,6 +46,8 @@ def split_message(message: dict[str, Any]) -> tuple[str, dict[str, Any]]:
             text = part.get("text", part.get("content")) if isinstance(part, dict) else None
             if isinstance(part, dict) and part.get("type") == "text" and isinstance(text, str):
                 texts.append(text)
+            elif (keyed := _keyed(part)) is not None and keyed[0] == "text":
+                texts.append(keyed[1])
             else:
                 rest.setdefault(key, []).append(part)
     return "\n\n".join(texts), rest
@@ -54,7 +56,7 @@ def split_message(message: dict[str, Any]) -> tuple[str, dict[str, Any]]:
 #: The parts of a message that call a tool, by their ``type``: the keys of the tool's name
 #: and of its arguments (the GenAI conventions' ``tool_call``, which LangChain's tool calls
 #: are typed too, the Vercel AI SDK's ``tool-call``, Anthropic's ``tool_use``).
-CALL_PARTS = {
+CALL_PARTS: dict[str, tuple[str, tuple[str, ...]]] = {
     "tool_call": ("name", ("arguments", "args")),
     "tool-call": ("toolName", ("input", "args")),
     "tool_use": ("name", ("input",)),
@@ -62,11 +64,42 @@ CALL_PARTS = {
 #: The parts of a message that answer a tool call, by their ``type``: the keys of the answer
 #: and of the call's id (the GenAI conventions' ``tool_call_response``, whose answer Pydantic
 #: AI calls ``result``, the Vercel AI SDK's ``tool-result``, Anthropic's ``tool_result``).
-ANSWER_PARTS = {
+ANSWER_PARTS: dict[str, tuple[tuple[str, ...], str]] = {
     "tool_call_response": (("response", "result"), "id"),
     "tool-result": (("output", "result"), "toolCallId"),
     "tool_result": (("content",), "tool_use_id"),
 }
+
+
+#: Parts told by their one key instead of a ``type`` (Amazon Bedrock's Converse blocks, as
+#: Strands Agents records them; Google's ``Part``, as Google's ADK does, its other fields
+#: null): the text, the calls of a tool (the keys of the tool's name and of its arguments)
+#: and the answers to one (the keys of the answer and of the call's id).
+KEYED_CALLS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "toolUse": ("name", ("input",)),
+    "function_call": ("name", ("args",)),
+    "functionCall": ("name", ("args",)),
+}
+KEYED_ANSWERS: dict[str, tuple[tuple[str, ...], str]] = {
+    "toolResult": (("content",), "toolUseId"),
+    "function_response": (("response",), "id"),
+    "functionResponse": (("response",), "id"),
+}
+
+
+def _keyed(part: Any) -> tuple[str, Any] | None:
+    """(the key, its value) of a part told by its one key (``KEYED_CALLS``,
+    ``KEYED_ANSWERS``, a ``text``): a part without a ``type`` whose other fields are null;
+    None for any other."""
+    if not isinstance(part, dict) or "type" in part:
+        return None
+    given = [(key, value) for key, value in part.items() if value is not None]
+    if len(given) != 1:
+        return None
+    key, value = given[0]
+    if key == "text":
+        return (key, value) if isinstance(value, str) else None
+    return (key, value) if key in KEYED_CALLS or key in KEYED_ANSWERS else None
 
 
 def tool_call(call: Any) -> tuple[str, Any] | None:
@@ -85,23 +118,33 @@ def tool_call(call: Any) -> tuple[str, Any] | None:
 
 def part_call(part: Any) -> tuple[str, Any] | None:
     """(the tool's name, the arguments) of a part of a message that calls a tool
-    (``CALL_PARTS``); None for any other part."""
+    (``CALL_PARTS``, ``KEYED_CALLS``); None for any other part."""
     kind = part.get("type") if isinstance(part, dict) else None
-    if not isinstance(kind, str) or kind not in CALL_PARTS:
+    if (keyed := _keyed(part)) is not None and keyed[0] in KEYED_CALLS:
+        kind, part = keyed[0], keyed[1]
+        name_key, argument_keys = KEYED_CALLS[kind]
+    elif isinstance(kind, str) and kind in CALL_PARTS:
+        name_key, argument_keys = CALL_PARTS[kind]
+    else:
         return None
-    name_key, argument_keys = CALL_PARTS[kind]
-    if not isinstance(name := part.get(name_key), str):
+    if not isinstance(part, dict) or not isinstance(name := part.get(name_key), str):
         return None
     return name, next((part[key] for key in argument_keys if key in part), "")
 
 
 def part_answer(part: Any) -> tuple[Any, str] | None:
     """(the answer, the id of the call it answers or "") of a part of a message that answers
-    a tool call (``ANSWER_PARTS``); None for any other part."""
+    a tool call (``ANSWER_PARTS``, ``KEYED_ANSWERS``); None for any other part."""
     kind = part.get("type") if isinstance(part, dict) else None
-    if not isinstance(kind, str) or kind not in ANSWER_PARTS:
+    if (keyed := _keyed(part)) is not None and keyed[0] in KEYED_ANSWERS:
+        kind, part = keyed[0], keyed[1]
+        answer_keys, id_key = KEYED_ANSWERS[kind]
+    elif isinstance(kind, str) and kind in ANSWER_PARTS:
+        answer_keys, id_key = ANSWER_PARTS[kind]
+    else:
         return None
-    answer_keys, id_key = ANSWER_PARTS[kind]
+    if not isinstance(part, dict):
+        return None
     answer = next((part[key] for key in answer_keys if key in part), None)
     call_id = part.get(id_key)
     return answer, call_id if isinstance(call_id, str) else ""

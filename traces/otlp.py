@@ -511,9 +511,12 @@ def as_structured(value: Any) -> Any:
 
 def _as_text(value: Any) -> str:
     """A string as it is, structured JSON as its compact text (``json_bytes``, which never
-    fails on a value it cannot encode as it is), nothing as ""."""
+    fails on a value it cannot encode as it is), nothing (an empty list or object too) as
+    ""."""
     if value is None or isinstance(value, str):
         return value or ""
+    if value in ([], {}):
+        return ""  # nothing asked (Semantic Kernel's agent records "[]" as its input)
     return json_bytes(value).decode()
 
 
@@ -620,7 +623,7 @@ def _span_step(
         status = StepStatus.RUNNING
     else:
         status = StepStatus.FAILED if failed else StepStatus.COMPLETED
-    restated = restates_usage(attributes)
+    restated = restates_usage(attributes, span.kind)
     name = _step_name(span.name, data)
     if name[:NAME_CHARS] != span.name:
         # The span's own name, where the step's is another (its tool's) or cut short.
@@ -743,6 +746,7 @@ OPENINFERENCE_KINDS: dict[str, str] = {
 #: ``gen_ai.operation.name`` (OTel GenAI semantic conventions) → step type.
 GENAI_OPERATIONS: dict[str, str] = {
     "invoke_agent": StepType.GOAL,
+    "invoke_workflow": StepType.GOAL,
     "create_agent": StepType.GOAL,
     "chat": StepType.THOUGHT,
     "text_completion": StepType.THOUGHT,
@@ -812,7 +816,8 @@ def step_type_of(attributes: Mapping[str, Any], *, is_root: bool) -> str:
     """The step type of a span with ``attributes``: the first of ``openinference.span.kind``,
     ``gen_ai.operation.name``, ``traceloop.span.kind``, ``llm.request.type`` and
     ``ai.operationId`` that names one (``_ROOT_GOALS`` at the root are the goal); otherwise
-    ``goal`` for a root span and ``action`` for any other."""
+    ``goal`` for a root span, ``thought`` for a GenAI operation of a framework's own and
+    ``action`` for any other."""
     for key, table, fold in (
         ("openinference.span.kind", OPENINFERENCE_KINDS, str.upper),
         ("gen_ai.operation.name", GENAI_OPERATIONS, str.lower),
@@ -828,7 +833,13 @@ def step_type_of(attributes: Mapping[str, Any], *, is_root: bool) -> str:
             if is_root and (key, fold(value)) in _ROOT_GOALS:
                 return StepType.GOAL
             return found
-    return StepType.GOAL if is_root else StepType.ACTION
+    if is_root:
+        return StepType.GOAL
+    # An operation of the GenAI conventions' that names no tool call (a framework's own, as
+    # Strands' ``execute_event_loop_cycle``) is the agent's own work: it calls tools with an
+    # ``execute_tool`` of its own.
+    named = isinstance(attributes.get("gen_ai.operation.name"), str)
+    return StepType.THOUGHT if named else StepType.ACTION
 
 
 _INPUT_TOKENS = (
@@ -852,7 +863,13 @@ _TOTAL_TOKENS = (
     "ai.usage.totalTokens",
     "ai.usage.tokens",
 )
-_COST = ("gen_ai.usage.cost", "llm.cost.total", "gen_ai.usage.total_cost", "operation.cost")
+_COST = (
+    "gen_ai.usage.cost",
+    "llm.cost.total",
+    "gen_ai.usage.total_cost",
+    "operation.cost",
+    "gen_ai.cost.total_cost",  # LiteLLM's own OTel callback
+)
 
 
 def _count(attributes: Mapping[str, Any], keys: Iterable[str]) -> int | None:
@@ -869,15 +886,30 @@ def _count(attributes: Mapping[str, Any], keys: Iterable[str]) -> int | None:
 _GROUPING_KINDS = frozenset({"AGENT", "CHAIN"})
 
 
-def restates_usage(attributes: Mapping[str, Any]) -> bool:
+#: The GenAI conventions' operations that run an agent in the process (a span of another
+#: kind than CLIENT): their usage sums up the model calls under them (Strands and the
+#: Microsoft Agent Framework put a run's totals on its ``invoke_agent`` span). A CLIENT one
+#: invokes a remote agent, whose model calls are not in the trace: its usage is its own.
+_GENAI_AGENT_RUNS = frozenset({"invoke_agent", "invoke_workflow"})
+
+
+def restates_usage(attributes: Mapping[str, Any], span_kind: int) -> bool:
     """Whether the span's usage (tokens and cost) restates that of the model calls under it,
     so that its step counts none of its own (its ``data.usage`` still shows it) and the
     trace's totals count each token once: a Vercel AI SDK function call (``_AI_SDK_CALLS``),
-    an OpenInference span of a grouping kind (``_GROUPING_KINDS``)."""
+    an OpenInference span of a grouping kind (``_GROUPING_KINDS``), a GenAI agent run in the
+    process (``_GENAI_AGENT_RUNS``)."""
     operation = attributes.get("ai.operationId")
     kind = attributes.get("openinference.span.kind")
-    return (isinstance(operation, str) and operation in _AI_SDK_CALLS) or (
-        isinstance(kind, str) and kind.upper() in _GROUPING_KINDS
+    genai = attributes.get("gen_ai.operation.name")
+    return (
+        (isinstance(operation, str) and operation in _AI_SDK_CALLS)
+        or (isinstance(kind, str) and kind.upper() in _GROUPING_KINDS)
+        or (
+            isinstance(genai, str)
+            and genai.lower() in _GENAI_AGENT_RUNS
+            and span_kind != Span.SPAN_KIND_CLIENT
+        )
     )
 
 
@@ -897,7 +929,8 @@ def tokens_of(attributes: Mapping[str, Any]) -> int:
 
 def cost_of(attributes: Mapping[str, Any]) -> Decimal:
     """The span's cost in USD (``gen_ai.usage.cost``, ``llm.cost.total``,
-    ``gen_ai.usage.total_cost``, Pydantic AI's ``operation.cost``), to 8 places; 0
+    ``gen_ai.usage.total_cost``, Pydantic AI's ``operation.cost``, LiteLLM's
+    ``gen_ai.cost.total_cost``), to 8 places; 0
     when it names none or one that is not a finite amount the store holds."""
     for key in _COST:
         value = attributes.get(key)
@@ -1160,6 +1193,110 @@ def _nests_within(value: Any, levels: int) -> bool:
     return True
 
 
+#: The events of a model call's input messages (GenAI conventions up to 1.36), by the role
+#: their name gives.
+MESSAGE_EVENTS: dict[str, str] = {
+    "gen_ai.system.message": "system",
+    "gen_ai.user.message": "user",
+    "gen_ai.assistant.message": "assistant",
+    "gen_ai.tool.message": "tool",
+}
+#: The event of one of a model call's answers (a choice).
+CHOICE_EVENT = "gen_ai.choice"
+#: Attributes of an event that hold a model call's messages and its system prompt (the later
+#: conventions' ``gen_ai.client.inference.operation.details``), by the key they take in the
+#: step's data.
+_MESSAGE_ATTRIBUTES = {
+    "system_instructions": "gen_ai.system_instructions",
+    "input": "gen_ai.input.messages",
+    "output": "gen_ai.output.messages",
+}
+#: The fields of a message event (or of a choice) that instrumentations write as JSON text.
+_MESSAGE_TEXT_FIELDS = ("content", "message")
+
+
+def event_messages(event: dict[str, Any]) -> tuple[dict[str, list[Any]], dict[str, Any]]:
+    """The model call's messages in ``event`` (a span's event, or a log record as one) by the
+    data key they fill (``input``, ``output``, ``system_instructions``), and the event without
+    them; ``({}, event)`` for an event that holds none.
+
+    - ``MESSAGE_EVENTS`` are an input message each, their role from the event's name, the rest
+      from the record's body (an object, its JSON text, or the content itself), or a span
+      event's attributes (Strands Agents');
+    - a ``CHOICE_EVENT`` is an output message: its ``message`` (the conventions'; JSON text, or
+      the content itself), else its ``content`` (Google ADK's), with its other fields
+      (``finish_reason``, ``index``...);
+    - any event with ``_MESSAGE_ATTRIBUTES`` gives those, as lists.
+
+    A message's ``content`` that is Google's ``Content`` (its ``role`` and ``parts``) gives its
+    parts. Nothing the event held is lost: what is not read stays in the message or the
+    event."""
+    name, attributes = event.get("name"), event.get("attributes") or {}
+    from_body = event.get("source") == "log"  # a log record's are its body's
+    fields = event.get("body") if from_body else attributes
+    if name in MESSAGE_EVENTS or (name == CHOICE_EVENT and fields is not None):
+        message = _event_message(fields, name)
+        key = "output" if name == CHOICE_EVENT else "input"
+        rest = _without(event, body=True) if from_body else _without(event, attributes=attributes)
+        return {key: [message]}, rest
+    found = {
+        key: _listed(attributes[attribute])
+        for key, attribute in _MESSAGE_ATTRIBUTES.items()
+        if attribute in attributes
+    }
+    if not found:
+        return {}, event
+    return found, _without(event, attributes=_MESSAGE_ATTRIBUTES.values())
+
+
+def _event_message(fields: Any, name: str) -> dict[str, Any]:
+    """The message of a ``MESSAGE_EVENTS`` or ``CHOICE_EVENT`` event whose body (or, on a
+    span, attributes) is ``fields``."""
+    if isinstance(fields, str):
+        parsed = json_text_value(fields)
+        fields = parsed if isinstance(parsed, dict) else fields
+    given = (
+        dict(fields) if isinstance(fields, dict) else {} if fields is None else {"content": fields}
+    )
+    for key in _MESSAGE_TEXT_FIELDS:
+        if isinstance(given.get(key), str):
+            parsed = json_text_value(given[key])
+            given[key] = parsed if isinstance(parsed, dict | list) else given[key]
+    if name == CHOICE_EVENT:
+        answer = given.pop("message", None)
+        if isinstance(answer, dict):
+            given = {**answer, **given}
+        elif answer is not None:
+            given = {"content": answer, **given}
+        role = "assistant"
+    else:
+        role = MESSAGE_EVENTS[name]
+    content = given.get("content")
+    if isinstance(content, dict) and isinstance(content.get("parts"), list):
+        # Google's Content: its parts (its own role, "model", says no more than the event's).
+        del given["content"]
+        given["parts"] = content["parts"]
+    given.setdefault("role", role)
+    return given
+
+
+def _listed(value: Any) -> list[Any]:
+    """A messages attribute as a list (JSON text where an SDK records strings only)."""
+    if isinstance(value, str):
+        value = json_text_value(value)
+    return value if isinstance(value, list) else [value]
+
+
+def _without(
+    event: dict[str, Any], *, body: bool = False, attributes: Iterable[str] = ()
+) -> dict[str, Any]:
+    rest = {key: value for key, value in event.items() if not (body and key == "body")}
+    dropped = set(attributes)
+    if dropped:
+        rest["attributes"] = {k: v for k, v in event["attributes"].items() if k not in dropped}
+    return rest
+
+
 def _event_content(events: list[dict[str, Any]], name: str, key: str) -> Any:
     """The content of the first event ``name`` (``gen_ai.content.prompt`` or
     ``.completion``, the GenAI conventions before 1.28) that has it under ``key``, JSON text
@@ -1171,6 +1308,25 @@ def _event_content(events: list[dict[str, Any]], name: str, key: str) -> Any:
             value = attributes.pop(key)
             return json_text_value(value) if isinstance(value, str) else value
     return None
+
+
+def _span_event_messages(
+    events: list[dict[str, Any]], given: Mapping[str, Any]
+) -> tuple[dict[str, list[Any]], list[dict[str, Any]]]:
+    """The messages the span's ``events`` hold (``event_messages``) for the data keys the
+    span did not set itself (``given``), appended in the events' order, and the events
+    without them (an event whose content is for a key the span set stays whole)."""
+    found: dict[str, list[Any]] = {}
+    kept = []
+    for event in events:
+        content, rest = event_messages(event)
+        if any(given.get(key) is not None for key in content):
+            kept.append(event)
+            continue
+        for key, messages in content.items():
+            found.setdefault(key, []).extend(messages)
+        kept.append(rest)
+    return found, kept
 
 
 def _step_data(
@@ -1204,6 +1360,15 @@ def _step_data(
         inputs = _event_content(events, "gen_ai.content.prompt", "gen_ai.prompt")
     if outputs is None:
         outputs = _event_content(events, "gen_ai.content.completion", "gen_ai.completion")
+    # Else the messages its events hold as log records hold them (Strands Agents sends its
+    # model calls' so).
+    instructions = _lift(attributes, ("gen_ai.system_instructions",))
+    if events:
+        given = {"input": inputs, "output": outputs, "system_instructions": instructions}
+        found, events[:] = _span_event_messages(events, given)
+        inputs = found.get("input", inputs)
+        outputs = found.get("output", outputs)
+        instructions = found.get("system_instructions", instructions)
     data.update(lists)
     # The tools a model was offered, as the GenAI conventions record them (JSON text where an
     # SDK records strings): Pydantic AI's, OpenTelemetry's own instrumentations'.
@@ -1221,13 +1386,15 @@ def _step_data(
             parsed = json_text_value(inputs)
             inputs = parsed if isinstance(parsed, dict) else inputs
         if arguments is None:
-            arguments = _named_arguments(inputs)
+            arguments = _named_arguments(_sole_content(inputs, dict))
             if arguments is not inputs:
                 data["input"] = inputs  # as it came, beside the arguments it holds
         elif inputs is not None:
             data["input"] = inputs
         data["arguments"] = arguments
         result = _lift(attributes, _TOOL_RESULT_KEYS)
+        if result is None and (answer := _sole_content(outputs)) is not outputs:
+            result = answer
         returned = _tool_return(outputs) if result is None else None
         if returned is not None:
             # The framework's object stays whole as the output, beside the result it holds.
@@ -1255,12 +1422,11 @@ def _step_data(
         messages = _lift(attributes, _MESSAGES_KEYS)
         if messages is not None:
             data["messages"] = messages
-        # The GenAI conventions keep a model's (or an agent's) system prompt apart from its
-        # messages (Pydantic AI, OpenTelemetry's own instrumentations); after them, so that
-        # the step's preview starts with what was asked.
-        instructions = _lift(attributes, ("gen_ai.system_instructions",))
-        if instructions is not None:
-            data["system_instructions"] = instructions
+    # The GenAI conventions keep a model's (or an agent's) system prompt apart from its
+    # messages (Pydantic AI, OpenTelemetry's own instrumentations); after them, so that the
+    # step's preview starts with what was asked.
+    if instructions is not None:
+        data["system_instructions"] = instructions
     data["attributes"] = attributes
     if events:
         data["events"] = events
@@ -1312,6 +1478,17 @@ _TOOL_FAILED = "The tool reported an error."
 #: What a Python tool call's recorded input holds besides its arguments: ``args`` and
 #: ``kwargs``, and smolagents' ``Tool.__call__`` flag (1.2x: ``sanitize_inputs_outputs``).
 _CALL_KEYS = frozenset({"args", "kwargs", "sanitize_inputs_outputs"})
+
+
+def _sole_content(value: Any, kind: type | tuple[type, ...] = object) -> Any:
+    """The content of ``value`` when it is one message whose content is a ``kind`` (a tool
+    call's input or output as message events give it: Strands Agents' ``gen_ai.tool.message``
+    and ``gen_ai.choice``); ``value`` itself otherwise."""
+    if isinstance(value, list) and len(value) == 1 and isinstance(value[0], dict):
+        content = value[0].get("content")
+        if isinstance(value[0].get("role"), str) and isinstance(content, kind):
+            return content
+    return value
 
 
 def _named_arguments(inputs: Any) -> Any:

@@ -43,8 +43,8 @@ from traces.otlp import (
     check_count,
     check_id,
     check_texts,
+    event_messages,
     item_name,
-    json_text_value,
     service_of,
     span_step_id,
     time_of,
@@ -52,23 +52,6 @@ from traces.otlp import (
 )
 from traces.projections import iso
 
-#: The events of a model call's input messages (GenAI conventions up to 1.36), by the role
-#: their name gives.
-MESSAGE_EVENTS: dict[str, str] = {
-    "gen_ai.system.message": "system",
-    "gen_ai.user.message": "user",
-    "gen_ai.assistant.message": "assistant",
-    "gen_ai.tool.message": "tool",
-}
-#: The event of one of a model call's answers (a choice).
-CHOICE_EVENT = "gen_ai.choice"
-#: Attributes of an event that hold a model call's messages and its system prompt (the later
-#: conventions), by the key they take in the step's data.
-_MESSAGE_ATTRIBUTES = {
-    "system_instructions": "gen_ai.system_instructions",
-    "input": "gen_ai.input.messages",
-    "output": "gen_ai.output.messages",
-}
 #: What a record is called when it names no event.
 _PLAIN_RECORD = "log"
 #: The sampled bit of a record's ``flags`` (its span's W3C trace flags; 0: none sent).
@@ -242,7 +225,7 @@ def with_log_events(
         if len(kept) >= max_events:
             dropped += 1
             continue
-        content, rest = _content(event)
+        content, rest = event_messages(event)
         if any(key in updated and key not in from_logs for key in content):
             kept.append(event)  # the span's own input or output stands; this one stays whole
             continue
@@ -284,50 +267,3 @@ def _placed(data: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
     head = {key: data[key] for key in _HEAD_KEYS if key in data}
     head.update(values)
     return {**head, **{key: value for key, value in data.items() if key not in head}}
-
-
-def _content(event: dict[str, Any]) -> tuple[dict[str, list[Any]], dict[str, Any]]:
-    """The model-call messages in ``event`` by the data key they fill (``input``,
-    ``output``, ``system_instructions``), and the event without them."""
-    name, body = event["name"], event.get("body")
-    if name in MESSAGE_EVENTS:
-        message = {"role": MESSAGE_EVENTS[name]}
-        if isinstance(body, dict):
-            message.update(body)
-        elif body is not None:
-            message["content"] = body
-        return {"input": [message]}, _without(event, body=True)
-    if name == CHOICE_EVENT and isinstance(body, dict):
-        answer = body.get("message")
-        message = dict(answer) if isinstance(answer, dict) else {}
-        message.setdefault("role", "assistant")
-        for key in ("finish_reason", "index"):
-            if key in body:
-                message[key] = body[key]
-        return {"output": [message]}, _without(event, body=True)
-    attributes = event.get("attributes") or {}
-    found = {
-        key: _messages(attributes[attribute])
-        for key, attribute in _MESSAGE_ATTRIBUTES.items()
-        if attribute in attributes
-    }
-    if not found:
-        return {}, event
-    return found, _without(event, attributes=_MESSAGE_ATTRIBUTES.values())
-
-
-def _messages(value: Any) -> list[Any]:
-    """A messages attribute as a list (JSON text where an SDK records strings only)."""
-    if isinstance(value, str):
-        value = json_text_value(value)
-    return value if isinstance(value, list) else [value]
-
-
-def _without(
-    event: dict[str, Any], *, body: bool = False, attributes: Iterable[str] = ()
-) -> dict[str, Any]:
-    rest = {key: value for key, value in event.items() if not (body and key == "body")}
-    dropped = set(attributes)
-    if dropped:
-        rest["attributes"] = {k: v for k, v in event["attributes"].items() if k not in dropped}
-    return rest

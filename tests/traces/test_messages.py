@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from traces.messages import asked_in, last_user_text
+from traces.messages import asked_in, last_user_text, part_answer, part_call, split_message
 
 GENAI_PARTS = [
     {"role": "system", "parts": [{"type": "text", "content": "Be brief."}]},
@@ -98,3 +98,49 @@ def test_what_an_input_asks(value: Any, asked: str) -> None:
 
 def test_a_list_that_is_not_a_conversation_asks_nothing() -> None:
     assert last_user_text([{"role": "user", "content": "Hi"}, "stray"]) == ""
+
+
+@pytest.mark.parametrize(
+    ("part", "text", "call", "answer"),
+    [
+        # Amazon Bedrock's Converse blocks (Strands Agents').
+        ({"text": "Hi"}, "Hi", None, None),
+        (
+            {"toolUse": {"toolUseId": "c1", "name": "add", "input": {"a": 1}}},
+            "",
+            ("add", {"a": 1}),
+            None,
+        ),
+        (
+            {"toolResult": {"toolUseId": "c1", "content": [{"text": "1"}]}},
+            "",
+            None,
+            ([{"text": "1"}], "c1"),
+        ),
+        # Google's Part, its other fields null (Google ADK's).
+        ({"text": "Hi", "function_call": None, "thought": None}, "Hi", None, None),
+        (
+            {"text": None, "function_call": {"id": "c2", "name": "add", "args": {"a": 1}}},
+            "",
+            ("add", {"a": 1}),
+            None,
+        ),
+        (
+            {"functionResponse": {"id": "c2", "name": "add", "response": {"result": 1}}},
+            "",
+            None,
+            ({"result": 1}, "c2"),
+        ),
+        # Not one of them: two fields given, a text that is not one, an unknown key, a type.
+        ({"text": "Hi", "thought": True}, "", None, None),
+        ({"text": 5}, "", None, None),
+        ({"image": "a.png"}, "", None, None),
+        ({"type": "image", "text": "Hi"}, "", None, None),
+        ({"toolUse": "add"}, "", None, None),
+    ],
+)
+def test_parts_told_by_their_one_key(part: Any, text: str, call: Any, answer: Any) -> None:
+    found, rest = split_message({"role": "user", "content": [part]})
+    assert (found, rest) == (text, {} if text else {"content": [part]})
+    assert part_call(part) == call
+    assert part_answer(part) == answer

@@ -1,0 +1,452 @@
+"""Agent frameworks that emit the GenAI conventions natively, as they really send them: where
+their messages are (span events, log records with Google's or JSON-text bodies), whose usage
+restates whose, and how their own operations and parts read.
+
+The attributes, events and bodies below are what the frameworks sent, recorded with the OTel
+SDK's in-memory exporters (trimmed to what matters, the strings exact):
+
+- Strands Agents 1.65.0 (``StrandsTelemetry``; its default conventions, and
+  ``OTEL_SEMCONV_STABILITY_OPT_IN=gen_ai_latest_experimental``);
+- the Microsoft Agent Framework 1.23.0 (``configure_otel_providers``);
+- Google's ADK 2.15.0 with ``ADK_TELEMETRY_SCHEMA_VERSION_OPT_IN=1`` (its 1.x schema) and
+  ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true``: its log records;
+- Semantic Kernel 1.45.0 (``SEMANTICKERNEL_EXPERIMENTAL_GENAI_ENABLE_OTEL_DIAGNOSTICS_SENSITIVE``):
+  its log records, bodies of JSON text;
+- LiteLLM 1.110.2's own OTel callback (``litellm.callbacks = ["otel"]``): its cost."""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+from http import HTTPStatus
+from typing import Any
+
+import pytest
+from asgiref.sync import sync_to_async
+from opentelemetry import trace as otel_trace
+from opentelemetry._logs import Logger
+from opentelemetry.trace import SpanKind
+
+from tests.traces.otlp_clients import (
+    logs_body,
+    partial_success,
+    post_otlp,
+    protobuf_body,
+    sdk_spans,
+    sdk_spans_and_logs,
+)
+from tests.traces.test_otlp_ingest import token_for, trace_of
+from traces import selectors
+from traces.models import Step, StepType, Trace
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+STRANDS = {"gen_ai.system": "strands-agents"}
+STRANDS_USE = (
+    '[{"toolUse": {"toolUseId": "call_1", "name": "get_weather", "input": {"city": "Paris"}}}]'
+)
+STRANDS_RESULT = (
+    '[{"toolResult": {"toolUseId": "call_1", "status": "success", '
+    '"content": [{"text": "rain in Paris"}]}}]'
+)
+
+
+def strands_usage(prompt: int, completion: int) -> dict[str, int]:
+    return {
+        "gen_ai.usage.prompt_tokens": prompt,
+        "gen_ai.usage.input_tokens": prompt,
+        "gen_ai.usage.completion_tokens": completion,
+        "gen_ai.usage.output_tokens": completion,
+        "gen_ai.usage.total_tokens": prompt + completion,
+    }
+
+
+def strands_agent(tracer: otel_trace.Tracer) -> None:
+    """A Strands agent with one tool call, its default conventions: every message a span
+    event (``gen_ai.user.message``, ``gen_ai.choice``...) whose attributes hold the content as
+    JSON text of Amazon Bedrock's Converse blocks; the run's totals on its ``invoke_agent``
+    span."""
+    system = ("gen_ai.system.message", {"content": '[{"text": "Be brief."}]'})
+    user = ("gen_ai.user.message", {"content": '[{"text": "Weather in Paris?"}]'})
+    with tracer.start_as_current_span(
+        "invoke_agent Weather agent",
+        attributes={
+            **STRANDS,
+            "gen_ai.operation.name": "invoke_agent",
+            "gen_ai.agent.name": "Weather agent",
+            "gen_ai.request.model": "gpt-4o",
+            **strands_usage(31, 4),
+        },
+    ) as run:
+        for name, attributes in (system, user):
+            run.add_event(name, attributes)
+        cycle = {**STRANDS, "gen_ai.operation.name": "execute_event_loop_cycle"}
+        with tracer.start_as_current_span("execute_event_loop_cycle", attributes=cycle) as first:
+            first.add_event(*user)
+            with tracer.start_as_current_span(
+                "chat",
+                attributes={
+                    **STRANDS,
+                    "gen_ai.operation.name": "chat",
+                    "gen_ai.request.model": "gpt-4o",
+                    **strands_usage(14, 1),
+                },
+            ) as chat:
+                chat.add_event(*system)
+                chat.add_event(*user)
+                chat.add_event(
+                    "gen_ai.choice", {"finish_reason": "tool_use", "message": STRANDS_USE}
+                )
+            with tracer.start_as_current_span(
+                "execute_tool get_weather",
+                attributes={
+                    **STRANDS,
+                    "gen_ai.operation.name": "execute_tool",
+                    "gen_ai.tool.name": "get_weather",
+                    "gen_ai.tool.call.id": "call_1",
+                    "gen_ai.tool.status": "success",
+                },
+            ) as tool:
+                tool.add_event(
+                    "gen_ai.tool.message",
+                    {"role": "tool", "content": '{"city": "Paris"}', "id": "call_1"},
+                )
+                tool.add_event(
+                    "gen_ai.choice", {"message": '[{"text": "rain in Paris"}]', "id": "call_1"}
+                )
+            first.add_event(
+                "gen_ai.choice", {"message": STRANDS_USE, "tool.result": STRANDS_RESULT}
+            )
+        with (
+            tracer.start_as_current_span("execute_event_loop_cycle", attributes=cycle),
+            tracer.start_as_current_span(
+                "chat",
+                attributes={
+                    **STRANDS,
+                    "gen_ai.operation.name": "chat",
+                    "gen_ai.request.model": "gpt-4o",
+                    **strands_usage(17, 3),
+                },
+            ) as chat,
+        ):
+            chat.add_event(*system)
+            chat.add_event(*user)
+            chat.add_event("gen_ai.assistant.message", {"content": STRANDS_USE})
+            chat.add_event("gen_ai.tool.message", {"content": STRANDS_RESULT})
+            chat.add_event(
+                "gen_ai.choice",
+                {"finish_reason": "end_turn", "message": '[{"text": "Rain in Paris."}]'},
+            )
+        run.add_event("gen_ai.choice", {"message": "Rain in Paris.\n", "finish_reason": "end_turn"})
+
+
+@sync_to_async
+def steps_of(trace_id: Any) -> tuple[Trace, list[Step]]:
+    trace = Trace.objects.get(pk=trace_id)
+    return trace, list(Step.objects.filter(trace=trace).order_by("started_at", "seq"))
+
+
+async def send(spans: list[Any], user: Any) -> tuple[Trace, list[Step]]:
+    response = await post_otlp(protobuf_body(spans), token=await token_for(user))
+    assert response.status_code == HTTPStatus.OK, response.content
+    assert partial_success(response) == (0, "")
+    return await steps_of(trace_of(spans))
+
+
+async def test_a_strands_agent_s_messages_in_span_events_are_its_steps_input_and_output(user):
+    trace, steps = await send(sdk_spans(strands_agent), user)
+    run, first, chat, tool, _, answer = steps
+    assert [s.step_type for s in steps] == [
+        StepType.GOAL,
+        StepType.THOUGHT,  # an operation of Strands' own, not a tool call
+        StepType.THOUGHT,
+        StepType.ACTION,
+        StepType.THOUGHT,
+        StepType.THOUGHT,
+    ]
+    # Named after what it was asked, from its own user message event.
+    assert trace.task == "Weather in Paris?"
+    # The model calls' messages, the Converse blocks parsed; the events keep their names.
+    assert chat.data["input"] == [
+        {"role": "system", "content": [{"text": "Be brief."}]},
+        {"role": "user", "content": [{"text": "Weather in Paris?"}]},
+    ]
+    assert chat.data["output"] == [
+        {"role": "assistant", "content": json.loads(STRANDS_USE), "finish_reason": "tool_use"}
+    ]
+    assert [e["name"] for e in chat.data["events"]] == [
+        "gen_ai.system.message",
+        "gen_ai.user.message",
+        "gen_ai.choice",
+    ]
+    assert all(e["attributes"] == {} for e in chat.data["events"])
+    assert [m["role"] for m in answer.data["input"]] == ["system", "user", "assistant", "tool"]
+    # The tool's arguments and result, from its message and its choice.
+    assert tool.data["arguments"] == {"city": "Paris"}
+    assert tool.data["result"] == [{"text": "rain in Paris"}]
+    assert tool.data["input"][0]["id"] == "call_1"
+    # What the cycle's choice holds besides its message stays in it.
+    assert first.data["output"][0]["tool.result"] == STRANDS_RESULT
+    assert run.data["output"] == [
+        {"role": "assistant", "content": "Rain in Paris.\n", "finish_reason": "end_turn"}
+    ]
+    # The run's totals restate its model calls': each token is counted once.
+    assert (run.tokens, run.data["usage"]["total_tokens"]) == (0, 35)
+    assert trace.total_tokens == 15 + 20 == sum(s.tokens for s in steps)
+
+    # The detail pane reads the Converse blocks: text, calls and answers.
+    _, shown = await sync_to_async(selectors.step_detail)(trace=trace, step_id=answer.id)
+    asked = {value.key: value for value in shown}["input"].messages or []
+    assert [(m.role, m.about, m.text, m.calls) for m in asked] == [
+        ("system", "", "Be brief.", []),
+        ("user", "", "Weather in Paris?", []),
+        ("assistant", "", "", ['get_weather({"city": "Paris"})']),
+        ("tool", "call_1", "rain in Paris", []),
+    ]
+    assert [m.extra for m in asked] == [""] * 4
+
+
+def strands_latest(tracer: otel_trace.Tracer) -> None:
+    """The model call of a Strands agent on the latest conventions: its messages and system
+    prompt as attributes of ``gen_ai.client.inference.operation.details`` span events, one
+    event each."""
+    details = "gen_ai.client.inference.operation.details"
+    with tracer.start_as_current_span(
+        "chat",
+        attributes={**STRANDS, "gen_ai.operation.name": "chat", **strands_usage(14, 1)},
+    ) as chat:
+        chat.add_event(
+            details,
+            {"gen_ai.system_instructions": '[{"type": "text", "content": "Be brief."}]'},
+        )
+        chat.add_event(
+            details,
+            {
+                "gen_ai.input.messages": '[{"role": "user", "parts": [{"type": "text", '
+                '"content": "Weather in Paris?"}]}]'
+            },
+        )
+        chat.add_event(
+            details,
+            {
+                "gen_ai.output.messages": '[{"role": "assistant", "parts": [{"type": '
+                '"text", "content": "Rain in Paris.\\n"}], "finish_reason": "end_turn"}]'
+            },
+        )
+
+
+async def test_the_latest_conventions_details_span_events_give_the_messages(user):
+    trace, (chat,) = await send(sdk_spans(strands_latest), user)
+    assert chat.data["system_instructions"] == [{"type": "text", "content": "Be brief."}]
+    assert chat.data["input"][0]["parts"][0]["content"] == "Weather in Paris?"
+    assert chat.data["output"][0]["finish_reason"] == "end_turn"
+    assert all(e["attributes"] == {} for e in chat.data["events"])
+    assert trace.task == "Weather in Paris?"
+
+
+async def test_a_span_s_own_messages_stand_and_its_events_keep_theirs(user):
+    def agent(tracer: otel_trace.Tracer) -> None:
+        with tracer.start_as_current_span(
+            "chat",
+            attributes={"gen_ai.operation.name": "chat", "gen_ai.input.messages": "[]"},
+        ) as chat:
+            chat.add_event("gen_ai.user.message", {"content": "from the event"})
+            chat.add_event("gen_ai.choice", {"message": "the answer"})
+
+    _, (chat,) = await send(sdk_spans(agent), user)
+    assert chat.data["input"] == []
+    assert chat.data["events"][0]["attributes"] == {"content": "from the event"}
+    assert chat.data["output"] == [{"role": "assistant", "content": "the answer"}]
+
+
+def agent_framework(tracer: otel_trace.Tracer, *, kind: SpanKind = SpanKind.INTERNAL) -> None:
+    """A Microsoft Agent Framework agent: its run's totals on its ``invoke_agent`` span."""
+    framework = {"gen_ai.provider.name": "microsoft.agent_framework"}
+    with tracer.start_as_current_span(
+        "invoke_agent WeatherAgent",
+        kind=kind,
+        attributes={
+            **framework,
+            "gen_ai.operation.name": "invoke_agent",
+            "gen_ai.agent.name": "WeatherAgent",
+            "gen_ai.usage.input_tokens": 15,
+            "gen_ai.usage.output_tokens": 4,
+        },
+    ):
+        for prompt, completion in ((6, 1), (9, 3)):
+            with tracer.start_as_current_span(
+                "chat gpt-4o",
+                attributes={
+                    "gen_ai.operation.name": "chat",
+                    "gen_ai.usage.input_tokens": prompt,
+                    "gen_ai.usage.output_tokens": completion,
+                },
+            ):
+                pass
+
+
+async def test_an_agent_run_s_totals_restate_its_model_calls(user):
+    trace, (run, *_) = await send(sdk_spans(agent_framework), user)
+    assert (run.tokens, run.data["usage"]) == (0, {"prompt_tokens": 15, "completion_tokens": 4})
+    assert trace.total_tokens == 19
+
+
+def remote_agent(tracer: otel_trace.Tracer) -> None:
+    """An agent invoked on another service (a CLIENT span): its model calls are not here."""
+    with (
+        tracer.start_as_current_span("handle request", kind=SpanKind.SERVER),
+        tracer.start_as_current_span(
+            "invoke_agent remote",
+            kind=SpanKind.CLIENT,
+            attributes={
+                "gen_ai.operation.name": "invoke_agent",
+                "gen_ai.usage.input_tokens": 15,
+                "gen_ai.usage.output_tokens": 4,
+            },
+        ),
+    ):
+        pass
+
+
+async def test_a_remote_agent_s_usage_is_its_own(user):
+    trace, (_, remote) = await send(sdk_spans(remote_agent), user)
+    assert remote.step_type == StepType.GOAL
+    assert (remote.tokens, trace.total_tokens) == (19, 19)
+
+
+async def test_a_workflow_is_a_goal_and_litellm_s_cost_counts(user):
+    def agent(tracer: otel_trace.Tracer) -> None:
+        with (
+            tracer.start_as_current_span(
+                "invoke_workflow weather",
+                attributes={"gen_ai.operation.name": "invoke_workflow"},
+            ),
+            tracer.start_as_current_span(
+                "invoke_workflow inner", attributes={"gen_ai.operation.name": "invoke_workflow"}
+            ),
+            tracer.start_as_current_span(
+                "litellm_request",
+                attributes={
+                    "gen_ai.operation.name": "chat",
+                    "gen_ai.usage.total_tokens": 5,
+                    "gen_ai.cost.total_cost": 2e-05,
+                    "gen_ai.cost.input_cost": 1e-05,
+                },
+            ),
+        ):
+            pass
+
+    trace, (_, inner, call) = await send(sdk_spans(agent), user)
+    assert inner.step_type == StepType.GOAL
+    assert (call.tokens, call.cost) == (5, Decimal("0.00002000"))
+    assert trace.total_cost == Decimal("0.00002000")
+
+
+GEMINI_NULLS = {"function_call": None, "function_response": None, "text": None, "thought": None}
+
+
+def gemini_part(**given: Any) -> dict[str, Any]:
+    return {**GEMINI_NULLS, **given}
+
+
+def adk_v1(tracer: otel_trace.Tracer, logger: Logger) -> None:
+    """Google ADK's 1.x log records: a user message and the model's choice with Google's
+    ``Content`` as their content, its parts' other fields null."""
+    genai = {"gen_ai.system": "openai"}
+    with tracer.start_as_current_span("generate_content gpt-4o"):
+        logger.emit(
+            event_name="gen_ai.user.message",
+            body={"content": {"parts": [gemini_part(text="Weather in Paris?")], "role": "user"}},
+            attributes=genai,
+        )
+        logger.emit(
+            event_name="gen_ai.choice",
+            body={
+                "content": {
+                    "parts": [
+                        gemini_part(
+                            function_call={
+                                "id": "call_1",
+                                "args": {"city": "Paris"},
+                                "name": "get_weather",
+                            }
+                        )
+                    ],
+                    "role": "model",
+                },
+                "index": 0,
+                "finish_reason": "STOP",
+            },
+            attributes=genai,
+        )
+
+
+def semantic_kernel(tracer: otel_trace.Tracer, logger: Logger) -> None:
+    """Semantic Kernel's log records: bodies of JSON text, named by ``event.name``."""
+    with tracer.start_as_current_span("chat gpt-4o"):
+        logger.emit(
+            body='{"role": "user", "content": "Weather in Paris?"}',
+            attributes={"event.name": "gen_ai.user.message", "gen_ai.system": "openai"},
+        )
+        logger.emit(
+            body='{"message": {"role": "assistant", "tool_calls": [{"id": "call_1", "type": '
+            '"function", "function": {"name": "get_weather", "arguments": '
+            '"{\\"city\\": \\"Paris\\"}"}}]}, "finish_reason": "tool_calls"}',
+            attributes={"event.name": "gen_ai.choice", "gen_ai.system": "openai"},
+        )
+        logger.emit(body="processing 1 tool calls in parallel.")
+
+
+@pytest.mark.parametrize("framework", [adk_v1, semantic_kernel])
+async def test_log_records_of_google_s_content_or_json_text_give_their_messages(user, framework):
+    spans, records = sdk_spans_and_logs(framework)
+    token = await token_for(user)
+    for body, path in ((logs_body(records), "/v1/logs"), (protobuf_body(spans), "/v1/traces")):
+        response = await post_otlp(body, token=token, path=path)
+        assert response.status_code == HTTPStatus.OK, response.content
+    trace, (chat,) = await steps_of(trace_of(spans))
+    (asked,) = chat.data["input"]
+    (answer,) = chat.data["output"]
+    assert asked["role"] == "user"
+    assert answer["finish_reason"] in ("STOP", "tool_calls")
+    assert trace.task == "Weather in Paris?"
+
+    _, shown = await sync_to_async(selectors.step_detail)(trace=trace, step_id=chat.id)
+    values = {value.key: value for value in shown}
+    (question,) = values["input"].messages or []
+    (reply,) = values["output"].messages or []
+    assert (question.role, question.text, question.extra) == ("user", "Weather in Paris?", "")
+    assert reply.calls == ['get_weather({"city": "Paris"})']
+
+
+def semantic_kernel_agent(tracer: otel_trace.Tracer, *, asked: bool = True) -> None:
+    """Semantic Kernel's agent: its run's input an empty list of messages; its model call's
+    messages here, or (``asked=False``) in log records that come later."""
+    with tracer.start_as_current_span(
+        "invoke_agent WeatherAgent",
+        attributes={
+            "gen_ai.operation.name": "invoke_agent",
+            "gen_ai.input.messages": "[]",
+            "gen_ai.output.messages": '[{"role": "assistant", "content": "Rain in Paris.", '
+            '"name": "WeatherAgent"}]',
+        },
+    ):
+        question = '[{"role": "user", "content": "Weather in Paris?"}]'
+        with tracer.start_as_current_span(
+            "chat gpt-4o",
+            attributes={
+                "gen_ai.operation.name": "chat",
+                **({"gen_ai.input.messages": question} if asked else {}),
+            },
+        ):
+            pass
+
+
+@pytest.mark.parametrize(
+    ("asked", "task"), [(True, "Weather in Paris?"), (False, "invoke_agent WeatherAgent")]
+)
+async def test_an_agent_run_that_asks_nothing_is_named_after_its_model_call(user, asked, task):
+    """Named after what its model call was asked, else after itself: never "[]"."""
+    spans = sdk_spans(lambda tracer: semantic_kernel_agent(tracer, asked=asked))
+    trace, _ = await send(spans, user)
+    assert trace.task == task
