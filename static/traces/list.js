@@ -21,10 +21,8 @@
         for (const name of ["total_steps", "error_count", "total_tokens", "total_cost"]) {
           const cell = current.querySelector('[data-total="' + name + '"]');
           if (cell && name in totals) {
-            // The cost as floatformat:4 shows it in the page's language.
-            cell.textContent = name === "total_cost"
-              ? decimal(totals[name], 4)
-              : totals[name];
+            // The cost as the server's cost filter shows it in the page's language.
+            cell.textContent = name === "total_cost" ? costText(totals[name]) : totals[name];
           }
         }
       }

@@ -267,7 +267,7 @@
     for (const [name, value] of Object.entries(totals)) {
       const cell = view.querySelector('[data-total="' + name + '"]');
       if (!cell) continue;
-      if (name === "total_cost") cell.textContent = decimal(value, 4);
+      if (name === "total_cost") cell.textContent = costText(value);
       else if (name === "total_duration_ms") cell.textContent = formatMs(value);
       else cell.textContent = value;
       if (name === "error_count") cell.classList.toggle("has-errors", value > 0);

@@ -8,6 +8,7 @@ import re
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from typing import Any
 
 import httpx
@@ -19,6 +20,7 @@ from tests.browser import PASSWORD
 from tests.traces.factories import step
 from traces.models import Trace
 from traces.store import OrmTraceStore, StepCreate
+from traces.templatetags.trace_format import cost
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -831,3 +833,20 @@ def test_a_long_error_gives_way_to_the_steps_name(page, login, screenshot) -> No
     assert parts["outcome"] > 40, parts
     assert parts["durInside"], parts
     screenshot("long-error")
+
+
+COSTS = [0, 0.5, 0.0021, 0.001, 0.00099, 0.0005, 0.00002, 0.0000476, 0.00000001, 12.5]
+
+
+def test_a_small_cost_shows_its_digits_live_as_on_a_reload(page, login) -> None:
+    """A trace's cost below a tenth of a cent (a model call of a small model's) shows its
+    first significant digits, not 0.0000: the page's script (live totals) writes every cost
+    as the server does."""
+    user = login("ada")
+    trace = make_trace(user, task="a cheap call")
+    Trace.objects.filter(id=trace.id).update(total_cost=Decimal("0.00002"))
+    page.goto(f"/traces/{trace.id}/")
+    shown = page.locator('[data-total="total_cost"]')
+    assert shown.inner_text() == "0.000020"
+    written = page.evaluate("(costs) => costs.map((c) => costText(c))", COSTS)
+    assert written == [cost(Decimal(str(c))) for c in COSTS]

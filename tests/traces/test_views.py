@@ -7,6 +7,7 @@ import json
 import re
 import uuid
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from http import HTTPStatus
 from typing import Any
 
@@ -19,6 +20,7 @@ from tests.traces.factories import add, build_tree, make_trace, step
 from traces import selectors
 from traces.models import PendingLogEvents, Step, Trace
 from traces.store import StepCreate
+from traces.templatetags import trace_format
 
 SCRIPT = "<script>alert(1)</script>"
 ESCAPED = "&lt;script&gt;alert(1)&lt;/script&gt;"
@@ -1483,3 +1485,30 @@ def test_an_agent_run_s_conversation_shows_after_its_answer(signed_in: Client, u
     ]
     content = signed_in.get(f"/traces/{trace.id}/steps/{item.id}/").content.decode()
     assert "<pre>Weather in &lt;Paris&gt;?</pre>" in content
+
+
+@pytest.mark.parametrize(
+    ("value", "number", "dollars"),
+    [
+        (Decimal(0), "0.0000", ""),
+        (Decimal("0.0021"), "0.0021", "$0.0021"),
+        (Decimal("0.001"), "0.0010", "$0.0010"),
+        (Decimal("0.00099"), "0.00099", "$0.00099"),
+        (Decimal("0.00002"), "0.000020", "$0.000020"),
+        (Decimal("0.0000476"), "0.000048", "$0.000048"),
+        (Decimal("0.00000001"), "0.00000001", "$0.00000001"),
+        (Decimal("1234.5"), "1234.5000", "$1,234.50"),
+    ],
+)
+def test_a_cost_shows_its_first_significant_digits(value, number, dollars) -> None:
+    """Below a tenth of a cent a cost shows its first two significant digits (a model call of a
+    small model's showed $0.0000, as if it cost nothing), at most 8 decimals (what is stored)."""
+    assert trace_format.cost(value) == number
+    assert trace_format.usd(value) == dollars
+
+
+def test_the_list_and_the_trace_show_a_small_cost(signed_in: Client, user: User) -> None:
+    trace = make_trace(user)
+    Trace.objects.filter(id=trace.id).update(total_cost=Decimal("0.00002"))
+    for url in ("/traces/", f"/traces/{trace.id}/"):
+        assert 'data-total="total_cost">0.000020<' in signed_in.get(url).content.decode()

@@ -4,7 +4,9 @@ values stay English: they are data, and the API's)."""
 
 from __future__ import annotations
 
+import math
 from datetime import datetime
+from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
 from django import template
@@ -39,14 +41,44 @@ def ms(value: int | float | None) -> str:
     return f"{minutes} min {rest} s"
 
 
+#: The decimals a cost below 1 USD shows at least, and at most (the store keeps 8).
+COST_PLACES = (4, 8)
+
+
+def cost_places(value: float | Decimal) -> int:
+    """The decimals that show a cost (below 1 USD) to its first two significant digits: 4,
+    more for one below a tenth of a cent, a model call of a small model's (``0.000020``, not
+    ``0.0000``), at most 8. static/js/format.js's ``costText`` counts them alike."""
+    least, most = COST_PLACES
+    if value <= 0 or value >= 0.001:
+        return least
+    return min(most, max(least, 1 - math.floor(math.log10(value))))
+
+
 @register.filter
-def usd(value: float | None) -> str:
-    """A cost in USD with up to 4 significant decimals; empty for zero."""
+def cost(value: float | Decimal | None) -> str:
+    """A cost as a number (a trace's total in the list and on its page): ``cost_places``
+    decimals."""
+    value = value or 0
+    return _rounded(value, cost_places(value))
+
+
+@register.filter
+def usd(value: float | Decimal | None) -> str:
+    """A cost in USD: below 1 USD with ``cost_places`` decimals, else with 2; empty for
+    zero."""
     if not value:
         return ""
     if value < 1:
-        return f"${number_format(value, 4)}"
-    return f"${number_format(value, 2, force_grouping=True)}"
+        return f"${_rounded(value, cost_places(value))}"
+    return f"${_rounded(value, 2, force_grouping=True)}"
+
+
+def _rounded(value: float | Decimal, places: int, *, force_grouping: bool = False) -> str:
+    """``value`` rounded to ``places`` decimals as the reader's language writes it (Django's
+    ``number_format`` cuts the digits past them instead)."""
+    exact = Decimal(str(value)).quantize(Decimal(1).scaleb(-places), rounding=ROUND_HALF_UP)
+    return number_format(exact, places, force_grouping=force_grouping)
 
 
 @register.filter
