@@ -30,6 +30,23 @@ def conversation(value: Any) -> list[dict[str, Any]] | None:
     return found if len(found) == len(messages) else None
 
 
+def answered_in(value: Any) -> list[dict[str, Any]] | None:
+    """The messages a chat completion's response (OpenAI's ``{"choices": [{"message", …}]}``,
+    as instrumentations record a model call's whole answer) holds, each with its choice's
+    ``finish_reason``; None for anything else."""
+    choices = value.get("choices") if isinstance(value, dict) else None
+    if not isinstance(choices, list) or not choices:
+        return None
+    found = []
+    for choice in choices:
+        message = choice.get("message") if isinstance(choice, dict) else None
+        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+            return None
+        reason = choice.get("finish_reason")
+        found.append({**message, "finish_reason": reason} if reason else message)
+    return found
+
+
 def split_message(message: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     """(the text of ``message``, its parts joined by blank lines; what else it holds besides
     its role: tool calls, parts that are not text)."""

@@ -49,6 +49,7 @@ from traces.exceptions import (
 )
 from traces.messages import (
     MESSAGE_BODIES,
+    answered_in,
     conversation,
     part_answer,
     part_call,
@@ -1090,8 +1091,9 @@ _DATA_RANK = {
 def step_detail(*, trace: Trace, step_id: uuid.UUID) -> tuple[dict[str, Any], list[ShownValue]]:
     """A step with its full data (one query), and its data as values to show: one per
     top-level key of an object (in ``DATA_SHOWN_FIRST`` / ``DATA_SHOWN_LAST`` order), else
-    one; longer ones cut to ``VALUE_PREVIEW_CHARS``; a model conversation, or an object whose
-    ``messages`` are one, as its messages too. ``StepNotFound``."""
+    one; longer ones cut to ``VALUE_PREVIEW_CHARS``; a model conversation, an object whose
+    ``messages`` are one, or a chat completion's response (``answered_in``), as its messages
+    too. ``StepNotFound``."""
     row = step_values(Step.objects.for_trace(trace).filter(pk=step_id), full=True).first()
     if row is None:
         raise StepNotFound(f"Step {step_id} does not exist in trace {trace.id}.")
@@ -1111,8 +1113,10 @@ def step_detail(*, trace: Trace, step_id: uuid.UUID) -> tuple[dict[str, Any], li
             body = "parts" if isinstance(value, list) else "content"
             messages = _messages([{"role": "system", body: value}])
         elif messages is None and isinstance(value, dict):
-            messages = _messages(value.get("messages"))
-            besides = {name: item for name, item in value.items() if name != "messages"}
+            # A chat request's messages, or a chat completion's answers, beside the rest.
+            inner = "messages" if "messages" in value else "choices"
+            messages = _messages(value.get("messages") or answered_in(value))
+            besides = {name: item for name, item in value.items() if name != inner}
         shown.append(
             ShownValue(
                 key=key,

@@ -1512,3 +1512,52 @@ def test_the_list_and_the_trace_show_a_small_cost(signed_in: Client, user: User)
     Trace.objects.filter(id=trace.id).update(total_cost=Decimal("0.00002"))
     for url in ("/traces/", f"/traces/{trace.id}/"):
         assert 'data-total="total_cost">0.000020<' in signed_in.get(url).content.decode()
+
+
+def test_a_chat_completion_shows_its_answers_as_messages(signed_in: Client, user: User) -> None:
+    """A model call's whole response as instrumentations record it (OpenAI's ChatCompletion:
+    Instructor's, LiteLLM's) shows its choices' messages, each with why it ended, and the
+    rest of the response below them."""
+    completion = {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "model": "gpt-4o",
+        "choices": [
+            {
+                "index": 0,
+                "finish_reason": "tool_calls",
+                "message": {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {
+                            "id": "call_1",
+                            "type": "function",
+                            "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+                        }
+                    ],
+                },
+            }
+        ],
+        "usage": {"prompt_tokens": 6, "completion_tokens": 1, "total_tokens": 7},
+    }
+    trace = make_trace(user)
+    item = step("thought", data={"output": completion})
+    add(trace, item)
+
+    _, (shown,) = selectors.step_detail(trace=trace, step_id=item.id)
+    (answer,) = shown.messages or []
+    assert (answer.role, answer.about, answer.calls) == (
+        "assistant",
+        "tool_calls",
+        ['get_weather({"city": "Paris"})'],
+    )
+    assert "choices" not in json.loads(shown.besides)
+    assert json.loads(shown.besides)["usage"]["total_tokens"] == 7
+    # Not a response: a choice without a message, or a message without a role.
+    assert selectors._messages(None) is None
+    for odd in ({"choices": [{"text": "hi"}]}, {"choices": [{"message": {"content": "x"}}]}):
+        item = step("thought", data={"output": odd})
+        add(trace, item)
+        _, (shown,) = selectors.step_detail(trace=trace, step_id=item.id)
+        assert shown.messages is None
