@@ -30,19 +30,38 @@ def conversation(value: Any) -> list[dict[str, Any]] | None:
     return found if len(found) == len(messages) else None
 
 
-def answered_in(value: Any) -> list[dict[str, Any]] | None:
-    """The messages a chat completion's response (OpenAI's ``{"choices": [{"message", …}]}``,
-    as instrumentations record a model call's whole answer) holds, each with its choice's
-    ``finish_reason``; None for anything else."""
-    choices = value.get("choices") if isinstance(value, dict) else None
-    if not isinstance(choices, list) or not choices:
+#: Where a model's response holds its answers, each with why it ended: OpenAI's chat
+#: completion (``choices``, each's ``message``), Google's Gemini response (``candidates``, each's
+#: ``content``).
+_RESPONSE_ANSWERS = (("choices", "message"), ("candidates", "content"))
+
+
+def answered_in(value: Any) -> tuple[str, list[dict[str, Any]]] | None:
+    """(the key, the messages) of the answers a model's whole response holds, as
+    instrumentations record one (``_RESPONSE_ANSWERS``; Google ADK's ``LlmResponse``, whose one
+    answer is its ``content``), each message with its ``finish_reason``; None for anything
+    else."""
+    if not isinstance(value, dict):
         return None
+    for key, inner in _RESPONSE_ANSWERS:
+        if isinstance(value.get(key), list) and value[key]:
+            found = _answers(value[key], inner)
+            return (key, found) if found is not None else None
+    if isinstance(value.get("content"), dict):
+        found = _answers([value], "content")
+        return ("content", found) if found is not None else None
+    return None
+
+
+def _answers(items: list[Any], inner: str) -> list[dict[str, Any]] | None:
+    """The message under ``inner`` of each of ``items`` (a response's choices), with its
+    ``finish_reason``; None when one is not a message."""
     found = []
-    for choice in choices:
-        message = choice.get("message") if isinstance(choice, dict) else None
+    for item in items:
+        message = item.get(inner) if isinstance(item, dict) else None
         if not isinstance(message, dict) or not isinstance(message.get("role"), str):
             return None
-        reason = choice.get("finish_reason")
+        reason = item.get("finish_reason")
         found.append({**message, "finish_reason": reason} if reason else message)
     return found
 

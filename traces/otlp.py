@@ -812,6 +812,11 @@ _ROOT_GOALS = frozenset(
 )
 
 
+#: The attribute of Google ADK's 1.x schema that holds a model call's request: its model call
+#: spans (``call_llm``) name no operation.
+_ADK_MODEL_CALL = "gcp.vertex.agent.llm_request"
+
+
 def step_type_of(attributes: Mapping[str, Any], *, is_root: bool) -> str:
     """The step type of a span with ``attributes``: the first of ``openinference.span.kind``,
     ``gen_ai.operation.name``, ``traceloop.span.kind``, ``llm.request.type`` and
@@ -835,6 +840,8 @@ def step_type_of(attributes: Mapping[str, Any], *, is_root: bool) -> str:
             return found
     if is_root:
         return StepType.GOAL
+    if _ADK_MODEL_CALL in attributes:
+        return StepType.THOUGHT  # Google ADK's 1.x ``call_llm``: no operation name
     # An operation of the GenAI conventions' that names no tool call (a framework's own, as
     # Strands' ``execute_event_loop_cycle``) is the agent's own work: it calls tools with an
     # ``execute_tool`` of its own.
@@ -954,6 +961,8 @@ _INPUT_KEYS = (
     "traceloop.entity.input",
     "ai.prompt.messages",
     "ai.prompt",
+    # Google ADK's 1.x schema: a model call's request and response.
+    "gcp.vertex.agent.llm_request",
 )
 _OUTPUT_KEYS = (
     "output.value",
@@ -965,6 +974,7 @@ _OUTPUT_KEYS = (
     "ai.response.toolCalls",
     # Pydantic AI's agent run: what it answered.
     "final_result",
+    "gcp.vertex.agent.llm_response",
 )
 #: Pydantic AI's agent run: the whole conversation of the run, history included (its model
 #: calls have their own ``gen_ai.input.messages``; the run has none).
@@ -984,8 +994,14 @@ _TOOL_ARGUMENT_KEYS = (
     "gen_ai.tool.call.arguments",
     "ai.toolCall.args",
     "ai.toolCall.input",
+    "gcp.vertex.agent.tool_call_args",  # Google ADK's 1.x schema
 )
-_TOOL_RESULT_KEYS = ("gen_ai.tool.call.result", "ai.toolCall.result", "ai.toolCall.output")
+_TOOL_RESULT_KEYS = (
+    "gen_ai.tool.call.result",
+    "ai.toolCall.result",
+    "ai.toolCall.output",
+    "gcp.vertex.agent.tool_response",
+)
 #: Attributes that hold JSON when they hold text: OpenLLMetry writes a function's arguments
 #: (``{"args": [...], "kwargs": {...}}``) and its return value so, the GenAI conventions'
 #: messages are structured (JSON text where an SDK records strings only), and the Vercel AI
@@ -1006,6 +1022,10 @@ _JSON_TEXT_KEYS = frozenset(
         "ai.toolCall.input",
         "ai.toolCall.result",
         "ai.toolCall.output",
+        "gcp.vertex.agent.llm_request",
+        "gcp.vertex.agent.llm_response",
+        "gcp.vertex.agent.tool_call_args",
+        "gcp.vertex.agent.tool_response",
     }
 )
 _SPAN_KINDS = {

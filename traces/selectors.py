@@ -1113,9 +1113,13 @@ def step_detail(*, trace: Trace, step_id: uuid.UUID) -> tuple[dict[str, Any], li
             body = "parts" if isinstance(value, list) else "content"
             messages = _messages([{"role": "system", body: value}])
         elif messages is None and isinstance(value, dict):
-            # A chat request's messages, or a chat completion's answers, beside the rest.
-            inner = "messages" if "messages" in value else "choices"
-            messages = _messages(value.get("messages") or answered_in(value))
+            # A chat request's messages (Gemini's contents), or a response's answers, beside
+            # the rest.
+            inner = next((key for key in ("messages", "contents") if key in value), "")
+            listed = value.get(inner) if inner else None
+            if listed is None and (answered := answered_in(value)) is not None:
+                inner, listed = answered
+            messages = _messages(listed)
             besides = {name: item for name, item in value.items() if name != inner}
         shown.append(
             ShownValue(

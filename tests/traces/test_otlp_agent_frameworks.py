@@ -10,6 +10,8 @@ SDK's in-memory exporters (trimmed to what matters, the strings exact):
 - the Microsoft Agent Framework 1.23.0 (``configure_otel_providers``);
 - Google's ADK 2.15.0 with ``ADK_TELEMETRY_SCHEMA_VERSION_OPT_IN=1`` (its 1.x schema) and
   ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true``: its log records;
+- Google's ADK 2.15.0 with ``ADK_TELEMETRY_SCHEMA_VERSION_OPT_IN=1``: its spans (``call_llm``,
+  ``execute_tool`` with ``gcp.vertex.agent.*`` attributes, as ADK 1.x sends them);
 - Semantic Kernel 1.45.0 (``SEMANTICKERNEL_EXPERIMENTAL_GENAI_ENABLE_OTEL_DIAGNOSTICS_SENSITIVE``):
   its log records, bodies of JSON text;
 - LiteLLM 1.110.2's own OTel callback (``litellm.callbacks = ["otel"]``): its cost."""
@@ -450,3 +452,79 @@ async def test_an_agent_run_that_asks_nothing_is_named_after_its_model_call(user
     spans = sdk_spans(lambda tracer: semantic_kernel_agent(tracer, asked=asked))
     trace, _ = await send(spans, user)
     assert trace.task == task
+
+
+ADK_REQUEST = {
+    "model": "openai/gpt-4o",
+    "config": {"system_instruction": "Be brief."},
+    "contents": [{"parts": [{"text": "Weather in Paris?"}], "role": "user"}],
+}
+ADK_RESPONSE = {
+    "model_version": "gpt-4o",
+    "content": {
+        "parts": [
+            {"function_call": {"id": "call_1", "args": {"city": "Paris"}, "name": "get_weather"}}
+        ],
+        "role": "model",
+    },
+    "partial": False,
+    "finish_reason": "STOP",
+}
+
+
+def adk_v1_agent(tracer: otel_trace.Tracer) -> None:
+    """Google ADK's 1.x schema: a model call (``call_llm``) with its request and response as
+    JSON text, a tool call with its arguments and response as JSON text."""
+    vertex = {"gen_ai.system": "gcp.vertex.agent"}
+    with (
+        tracer.start_as_current_span("invocation"),
+        tracer.start_as_current_span(
+            "invoke_agent weather_agent", attributes={"gen_ai.operation.name": "invoke_agent"}
+        ),
+    ):
+        with tracer.start_as_current_span(
+            "call_llm",
+            attributes={
+                **vertex,
+                "gen_ai.request.model": "openai/gpt-4o",
+                "gcp.vertex.agent.llm_request": json.dumps(ADK_REQUEST),
+                "gcp.vertex.agent.llm_response": json.dumps(ADK_RESPONSE),
+                "gen_ai.usage.input_tokens": 21,
+                "gen_ai.usage.output_tokens": 1,
+            },
+        ):
+            pass
+        with tracer.start_as_current_span(
+            "execute_tool get_weather",
+            attributes={
+                "gen_ai.operation.name": "execute_tool",
+                "gen_ai.tool.name": "get_weather",
+                "gcp.vertex.agent.llm_request": "{}",
+                "gcp.vertex.agent.tool_call_args": '{"city": "Paris"}',
+                "gcp.vertex.agent.tool_response": '{"result": "rain in Paris"}',
+            },
+        ):
+            pass
+
+
+async def test_google_adk_1_model_and_tool_calls(user):
+    trace, (_, _, model, tool) = await send(sdk_spans(adk_v1_agent), user)
+    assert (model.step_type, model.tokens) == (StepType.THOUGHT, 22)
+    assert (model.data["input"], model.data["output"]) == (ADK_REQUEST, ADK_RESPONSE)
+    assert (tool.data["arguments"], tool.data["result"]) == (
+        {"city": "Paris"},
+        {"result": "rain in Paris"},
+    )
+
+    # The request's contents and the response's content show as messages.
+    _, shown = await sync_to_async(selectors.step_detail)(trace=trace, step_id=model.id)
+    values = {value.key: value for value in shown}
+    (asked,) = values["input"].messages or []
+    (answer,) = values["output"].messages or []
+    assert (asked.role, asked.text) == ("user", "Weather in Paris?")
+    assert (answer.role, answer.about, answer.calls) == (
+        "model",
+        "STOP",
+        ['get_weather({"city": "Paris"})'],
+    )
+    assert json.loads(values["input"].besides)["config"] == {"system_instruction": "Be brief."}
