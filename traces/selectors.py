@@ -19,7 +19,7 @@ import itertools
 import json
 import uuid
 from collections.abc import AsyncIterator, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any, Generic, TypeVar, cast
 
@@ -972,7 +972,8 @@ class ShownValue:
     """One value of a step's data, pretty-printed; ``cut`` when only a preview is shown.
     ``messages`` when the value is a model conversation, or an object whose ``messages`` are
     one (a chat request, a LangGraph state), shown as such; then ``besides``, the object's
-    other keys as JSON."""
+    other keys as JSON. ``folded`` when its messages are shown already (``_fold_repeats``): it
+    is shown as recorded, folded away."""
 
     key: str | None
     text: str
@@ -980,6 +981,7 @@ class ShownValue:
     size: int
     messages: list[ShownMessage] | None = None
     besides: str = ""
+    folded: bool = False
 
 
 def _pretty(value: Any) -> str:
@@ -1131,7 +1133,33 @@ def step_detail(*, trace: Trace, step_id: uuid.UUID) -> tuple[dict[str, Any], li
                 besides=_pretty(besides)[:VALUE_PREVIEW_CHARS] if messages and besides else "",
             )
         )
-    return step, shown
+    return step, _fold_repeats(shown)
+
+
+def _said(messages: list[ShownMessage]) -> list[tuple[str, str, list[str]]]:
+    """What ``messages`` say: each one's role, text and calls."""
+    return [(message.role, message.text, message.calls) for message in messages]
+
+
+#: The keys of a step's data whose conversation is the one of another's, when both are one:
+#: OpenInference's flattened messages and the request or answer it records beside them (a
+#: LangChain model call's ``input`` holds its messages again, an Agno one's with Agno's own
+#: fields).
+_REPEATS = (("input_messages", "input"), ("output_messages", "output"))
+
+
+def _fold_repeats(shown: list[ShownValue]) -> list[ShownValue]:
+    """``shown`` with a value whose conversation repeats another's (``_REPEATS``: the same
+    roles, texts and calls) folded away: every OpenInference model call showed its
+    conversation twice."""
+    said = {value.key: _said(value.messages) for value in shown if value.messages}
+    folded = {
+        again for first, again in _REPEATS if first in said and said.get(again) == said[first]
+    }
+    return [
+        replace(value, messages=None, besides="", folded=True) if value.key in folded else value
+        for value in shown
+    ]
 
 
 def step_data(*, trace: Trace, step_id: uuid.UUID, key: str | None) -> bytes:

@@ -1561,3 +1561,31 @@ def test_a_chat_completion_shows_its_answers_as_messages(signed_in: Client, user
         add(trace, item)
         _, (shown,) = selectors.step_detail(trace=trace, step_id=item.id)
         assert shown.messages is None
+
+
+def test_a_request_that_repeats_the_messages_shown_is_folded(signed_in: Client, user: User) -> None:
+    """OpenInference records a model call's messages flattened (``input_messages``) beside
+    the request that holds them again (``input``): the conversation shows once, the request
+    folded away as recorded. An input that is no conversation stays as it is."""
+    asked = [{"role": "user", "content": "Weather in Paris?"}]
+    trace = make_trace(user)
+    item = step(
+        "thought",
+        data={
+            "input_messages": asked,
+            "input": {"messages": asked, "model": "gpt-4o"},
+            "output_messages": [{"role": "assistant", "content": "Rain."}],
+            "output": "Rain.",
+        },
+    )
+    add(trace, item)
+
+    _, shown = selectors.step_detail(trace=trace, step_id=item.id)
+    values = {value.key: value for value in shown}
+    assert values["input_messages"].messages
+    assert (values["input"].messages, values["input"].folded) == (None, True)
+    assert json.loads(values["input"].text)["model"] == "gpt-4o"
+    assert (values["output"].text, values["output"].folded) == ("Rain.", False)
+    content = signed_in.get(f"/traces/{trace.id}/steps/{item.id}/").content.decode()
+    assert content.count("<pre>Weather in Paris?</pre>") == 1
+    assert "as recorded (JSON): the messages above, again" in content
