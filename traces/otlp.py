@@ -35,6 +35,11 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
     ExportLogsServiceRequest,
     ExportLogsServiceResponse,
 )
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+    ExportMetricsPartialSuccess,
+    ExportMetricsServiceRequest,
+    ExportMetricsServiceResponse,
+)
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTracePartialSuccess,
     ExportTraceServiceRequest,
@@ -149,11 +154,40 @@ LOGS = Signal(
 )
 
 
+#: Metrics: taken to be refused, every data point (``metrics_refused``).
+METRICS = Signal(
+    items="metric data points",
+    request=ExportMetricsServiceRequest,
+    response=ExportMetricsServiceResponse,
+    partial_success=ExportMetricsPartialSuccess,
+    rejected_field="rejected_data_points",
+    batch_size_variable="OTEL_METRICS_EXPORTER",
+)
+
 #: What an exporter of metrics is told (DevAssist keeps none): how to stop sending them.
 NO_METRICS = (
     "DevAssist keeps traces and logs, not metrics: set OTEL_METRICS_EXPORTER=none (or point "
     "the metrics exporter at a metrics backend)."
 )
+
+#: The fields of a metric that hold its data points, one of them set.
+_METRIC_DATA = ("gauge", "sum", "histogram", "exponential_histogram", "summary")
+
+
+def metrics_refused(request: ExportMetricsServiceRequest) -> Any:
+    """The answer to a metrics export: every data point refused as OTLP's partial success
+    says, with ``NO_METRICS``. Not an error: SDK set-ups that export traces to an endpoint
+    often export metrics there too, some whatever ``OTEL_METRICS_EXPORTER`` says (Google's
+    ADK, the Microsoft Agent Framework), and their exporters log a failed export every
+    minute; a partial success is not retried, and they log it at most as a warning."""
+    points = 0
+    for resource in request.resource_metrics:
+        for scope in resource.scope_metrics:
+            for metric in scope.metrics:
+                kind = metric.WhichOneof("data")
+                if kind in _METRIC_DATA:
+                    points += len(getattr(metric, kind).data_points)
+    return success_response(rejected=points, message=NO_METRICS, signal=METRICS)
 
 
 # --- the body ---------------------------------------------------------------------------------
@@ -316,15 +350,16 @@ def success_response(*, rejected: int, message: str, signal: Signal) -> Any:
 
 def success_body(*, rejected: int, message: str, encoding: str, signal: Signal = TRACES) -> bytes:
     """``success_response`` in ``encoding``."""
-    return _encode(success_response(rejected=rejected, message=message, signal=signal), encoding)
+    return encode(success_response(rejected=rejected, message=message, signal=signal), encoding)
 
 
 def status_body(error: OtlpError, *, encoding: str) -> bytes:
     """The ``google.rpc.Status`` of a refused request."""
-    return _encode(status_pb2.Status(code=error.code, message=error.message), encoding)
+    return encode(status_pb2.Status(code=error.code, message=error.message), encoding)
 
 
-def _encode(message: Any, encoding: str) -> bytes:
+def encode(message: Any, encoding: str) -> bytes:
+    """``message`` (an OTLP response, a status) in ``encoding``."""
     if encoding == JSON:
         return json.dumps(json_format.MessageToDict(message), ensure_ascii=False).encode()
     return bytes(message.SerializeToString())
@@ -1073,6 +1108,11 @@ def _gather_lists(attributes: dict[str, Any]) -> dict[str, list[Any]]:
         for item in gathered.get(key) or []:
             if isinstance(item, dict) and isinstance(item.get(name), str):
                 item[name] = json_text_value(item[name])
+    # A model's answer that says only what it calls (LiteLLM's ``gen_ai.completion.0.
+    # function_call.*``, without a role) is the assistant's.
+    for item in gathered.get("output_messages") or []:
+        if isinstance(item, dict) and "role" not in item:
+            item["role"] = "assistant"
     return {key: items for key, items in gathered.items() if items is not None}
 
 

@@ -1,6 +1,6 @@
 """``POST /v1/traces`` and ``POST /v1/logs``: OTLP/HTTP ingestion (protobuf or JSON, gzip);
-``/v1/metrics`` says that DevAssist keeps no metrics, and any other path under ``/v1/`` where
-OTLP goes.
+``POST /v1/metrics`` takes metrics to refuse them (DevAssist keeps none), and any other path
+under ``/v1/`` says where OTLP goes.
 
 Plain views, not part of the Ninja API: the protocol's bodies are protobuf as often as JSON
 and its errors are ``google.rpc.Status`` messages, not the API's envelope. They authenticate
@@ -26,13 +26,15 @@ from devassist.tokens import api_token_authenticate
 from traces.otlp import (
     JSON,
     LOGS,
-    NO_METRICS,
+    METRICS,
     TRACES,
     Limits,
     OtlpError,
     Signal,
     decode_request,
+    encode,
     encoding_of,
+    metrics_refused,
     status_body,
     success_body,
 )
@@ -89,6 +91,8 @@ def _export(request: HttpRequest, signal: Signal) -> HttpResponse:
         max_bytes=Limits.current().max_body_bytes,
         signal=signal,
     )
+    if signal is METRICS:
+        return HttpResponse(encode(metrics_refused(decoded), encoding), content_type=encoding)
     outcome = otlp_export_ingest(user=user, request=decoded, signal=signal)
     error = refused_whole(outcome)
     if error is not None:
@@ -150,10 +154,10 @@ async def otlp_logs(request: HttpRequest) -> HttpResponse:
 @csrf_exempt
 @login_not_required
 async def otlp_metrics(request: HttpRequest) -> HttpResponse:
-    """404 with a ``google.rpc.Status`` (``UNIMPLEMENTED``) that says how to stop sending
-    metrics: SDK set-ups that export traces to an endpoint often export metrics there too, and
-    an exporter logs its failures with the answer's message."""
-    return _answer(OtlpError(HTTPStatus.NOT_FOUND, NO_METRICS), _error_encoding(request))
+    """Take an ``ExportMetricsServiceRequest`` to refuse it (``metrics_refused``): 200 with
+    every data point rejected and how to stop sending them; the errors of ``otlp_traces``
+    (a token, a body that decodes)."""
+    return await _receive(request, METRICS)
 
 
 #: The longest a path is quoted back (``otlp_elsewhere``).

@@ -20,17 +20,17 @@ import grpc
 import structlog
 from django.conf import settings
 from django.db import DatabaseError, close_old_connections
-from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2_grpc
 
 from traces.otlp import (
     LOGS,
-    NO_METRICS,
+    METRICS,
     PROTOBUF,
     TRACES,
     Limits,
     OtlpError,
     Signal,
     decode_request,
+    metrics_refused,
     success_response,
 )
 from traces.otlp_api import refused_whole, token_user
@@ -72,6 +72,8 @@ def export(body: bytes, context: grpc.ServicerContext, signal: Signal) -> Any:
             max_bytes=Limits.current().max_body_bytes,
             signal=signal,
         )
+        if signal is METRICS:
+            return metrics_refused(request)
         outcome = otlp_export_ingest(user=user, request=request, signal=signal)
         error = refused_whole(outcome)
         if error is not None:
@@ -98,13 +100,6 @@ def _export_service(name: str, signal: Signal) -> grpc.GenericRpcHandler:
     return grpc.method_handlers_generic_handler(name, {"Export": handler})
 
 
-class MetricsService(metrics_service_pb2_grpc.MetricsServiceServicer):
-    """``MetricsService``, refused (``UNIMPLEMENTED``) with how to stop sending metrics."""
-
-    def Export(self, request: Any, context: grpc.ServicerContext) -> Any:
-        context.abort(grpc.StatusCode.UNIMPLEMENTED, NO_METRICS)
-
-
 def otlp_grpc_server(address: str, *, workers: int = 4) -> tuple[grpc.Server, int]:
     """A gRPC server of both services bound to ``address`` (``host:port``; port 0 takes a
     free one), not started, and its port. ``workers`` calls are served at once (each holds a
@@ -117,9 +112,10 @@ def otlp_grpc_server(address: str, *, workers: int = 4) -> tuple[grpc.Server, in
         (
             _export_service("opentelemetry.proto.collector.trace.v1.TraceService", TRACES),
             _export_service("opentelemetry.proto.collector.logs.v1.LogsService", LOGS),
+            # Taken to be refused, every data point (``traces.otlp.metrics_refused``).
+            _export_service("opentelemetry.proto.collector.metrics.v1.MetricsService", METRICS),
         )
     )
-    metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server(MetricsService(), server)
     port = server.add_insecure_port(address)
     if not port:
         raise OSError(f"Cannot listen on {address}.")

@@ -1019,6 +1019,10 @@ def _message(message: dict[str, Any]) -> ShownMessage:
         del rest["tool_calls"]
     else:
         calls = []  # none, or some of a shape not known: all shown as they are
+    # OpenAI's function call before its tool calls (LiteLLM still records one so).
+    if (called := tool_call(rest.get("function_call"))) is not None:
+        calls.append(called)
+        del rest["function_call"]
     about = [rest.pop(key) for key in _MESSAGE_ABOUT if isinstance(rest.get(key), str)]
     for key in MESSAGE_BODIES:
         if key not in rest:

@@ -528,3 +528,44 @@ async def test_google_adk_1_model_and_tool_calls(user):
         ['get_weather({"city": "Paris"})'],
     )
     assert json.loads(values["input"].besides)["config"] == {"system_instruction": "Be brief."}
+
+
+def litellm_call(tracer: otel_trace.Tracer) -> None:
+    """LiteLLM's own OTel callback: a model call that calls a tool, the call only in the
+    flattened ``gen_ai.completion.0.function_call.*`` (no role), its answer's text empty."""
+    with tracer.start_as_current_span(
+        "litellm_request",
+        attributes={
+            "gen_ai.operation.name": "chat",
+            "llm.request.type": "completion",
+            "gen_ai.request.model": "gpt-4o",
+            "gen_ai.input.messages": '[{"role": "user", "parts": [{"type": "text", '
+            '"content": "Weather in Paris?"}]}]',
+            "gen_ai.output.messages": '[{"role": "assistant", "parts": [{"type": "text", '
+            '"content": ""}], "finish_reason": "tool_calls"}]',
+            "gen_ai.completion.0.function_call.arguments": '{"city": "Paris"}',
+            "gen_ai.completion.0.function_call.name": "get_weather",
+            "gen_ai.usage.input_tokens": 4,
+            "gen_ai.usage.output_tokens": 1,
+            "gen_ai.cost.total_cost": 2e-05,
+        },
+    ):
+        pass
+
+
+async def test_litellm_s_call_of_a_tool_shows_as_the_assistant_s(user):
+    trace, (call,) = await send(sdk_spans(litellm_call), user)
+    assert call.data["output_messages"] == [
+        {
+            "role": "assistant",
+            "function_call": {"arguments": '{"city": "Paris"}', "name": "get_weather"},
+        }
+    ]
+    assert call.cost == Decimal("0.00002000")
+    _, shown = await sync_to_async(selectors.step_detail)(trace=trace, step_id=call.id)
+    (answer,) = {value.key: value for value in shown}["output_messages"].messages or []
+    assert (answer.role, answer.calls, answer.extra) == (
+        "assistant",
+        ['get_weather({"city": "Paris"})'],
+        "",
+    )

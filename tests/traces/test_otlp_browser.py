@@ -21,6 +21,7 @@ from tests.traces.otlp_clients import (
     sdk_spans,
     sdk_spans_and_logs,
 )
+from tests.traces.test_otlp_agent_frameworks import strands_agent
 from tests.traces.test_otlp_ingest import genai_agent, openinference_agent, step_of
 from tests.traces.test_otlp_logs import legacy_chat, two_tools
 from traces.models import Step
@@ -117,6 +118,29 @@ def test_a_model_call_s_messages_from_log_records_in_the_browser(
     assert "Rain <b>all</b> day." in detail.locator(".messages").last.inner_text()
     assert detail.locator(".messages b").count() == 0
     screenshot("messages")
+
+
+def test_a_strands_agent_s_model_call_in_the_browser(page, login, screenshot, app_server) -> None:
+    """A Strands agent (its messages as span events of Amazon Bedrock's Converse blocks): the
+    second model call's conversation shows its text, the tool call and the tool's answer; the
+    trace counts the run's tokens once."""
+    user = login("ada")
+    _, token = api_token_create(user=user, name="otel")
+    spans = sdk_spans(strands_agent, service="strands-agent")
+    send(app_server, token, spans)
+
+    (second_call,) = [s for s in spans if s.name == "chat"][1:]
+    page.goto(f"/traces/{trace_id(spans)}/?step={step_of(second_call)}")
+    page.locator("h1").filter(has_text="Weather in Paris?").wait_for()
+    assert page.locator('[data-total="total_tokens"]').inner_text() == "35"
+    detail = page.locator("#detail")
+    detail.locator(".messages").first.wait_for()
+    asked = detail.locator(".messages").first
+    assert asked.locator(".role").all_inner_texts() == ["system", "user", "assistant", "tool"]
+    assert asked.locator(".calls code").inner_text() == 'get_weather({"city": "Paris"})'
+    assert "rain in Paris" in asked.locator(".message").last.inner_text()
+    assert "Rain in Paris." in detail.locator(".messages").last.inner_text()
+    screenshot("strands")
 
 
 def test_log_records_waiting_for_their_spans_in_the_browser(

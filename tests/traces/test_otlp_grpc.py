@@ -11,7 +11,9 @@ from typing import Any
 
 import grpc
 import pytest
+from opentelemetry.exporter.otlp.proto.common.metrics_encoder import encode_metrics
 from opentelemetry.exporter.otlp.proto.grpc._log_exporter import OTLPLogExporter
+from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2_grpc import LogsServiceStub
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
@@ -20,6 +22,7 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2_grpc import MetricsServiceStub
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2_grpc import TraceServiceStub
 from opentelemetry.sdk._logs.export import LogRecordExportResult
+from opentelemetry.sdk.metrics.export import MetricExportResult
 from opentelemetry.sdk.trace.export import SpanExportResult
 
 from devassist.tokens import api_token_create
@@ -33,7 +36,7 @@ from tests.traces.test_otlp_ingest import (
     without_the_storable_check,
 )
 from tests.traces.test_otlp_logs import LEGACY_INPUT, LEGACY_OUTPUT, legacy_chat, no_span
-from tests.traces.test_otlp_sdk import check_langchain_trace, run_weather_agent
+from tests.traces.test_otlp_sdk import agent_metrics, check_langchain_trace, run_weather_agent
 from traces.models import PendingLogEvents, Step, Trace, TraceStatus
 from traces.otlp_grpc import otlp_grpc_server
 
@@ -181,10 +184,19 @@ def test_the_command_serves_until_sigterm(django_db_blocker, live_model, tmp_pat
     assert Step.objects.filter(pk=step_of(spans[0])).exists()
 
 
-def test_metrics_are_unimplemented_with_how_to_stop_sending_them(receiver, user):
-    failed = call(receiver, MetricsServiceStub, ExportMetricsServiceRequest(), token_of(user))
-    assert failed.code() == grpc.StatusCode.UNIMPLEMENTED
-    assert "OTEL_METRICS_EXPORTER=none" in failed.details()
+def test_metrics_are_refused_without_a_failure_saying_how_to_stop_sending_them(
+    receiver, monkeypatch, user
+):
+    """The Microsoft Agent Framework exports metrics over gRPC by default, whatever
+    OTEL_METRICS_EXPORTER says: the SDK's exporter succeeds, every data point refused."""
+    pointed_at(monkeypatch, receiver, f"x-api-key={token_of(user)}")
+    data = agent_metrics()
+    assert OTLPMetricExporter().export(data) == MetricExportResult.SUCCESS
+    answer = call(receiver, MetricsServiceStub, encode_metrics(data), token_of(user))
+    assert answer.partial_success.rejected_data_points == 3
+    assert "OTEL_METRICS_EXPORTER=none" in answer.partial_success.error_message
+    failed = call(receiver, MetricsServiceStub, ExportMetricsServiceRequest(), None)
+    assert failed.code() == grpc.StatusCode.UNAUTHENTICATED
 
 
 def test_log_records_and_their_spans_sent_at_the_same_moment_never_miss_each_other(user):

@@ -20,7 +20,12 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.test import AsyncClient
 from django.utils import timezone
+from google.protobuf import json_format
 from opentelemetry import trace as otel_trace
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+    ExportMetricsServiceRequest,
+    ExportMetricsServiceResponse,
+)
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from devassist.asgi import application
@@ -1333,8 +1338,7 @@ async def test_the_paths_with_a_trailing_slash_take_exports_too(user):
     assert response.status_code == HTTPStatus.OK
     assert await Trace.objects.acount() == 1
     metrics = await post_otlp(b"", token=token, path="/v1/metrics/")
-    assert metrics.status_code == HTTPStatus.NOT_FOUND
-    assert rpc_status(metrics)[0] == 12  # UNIMPLEMENTED
+    assert metrics.status_code == HTTPStatus.OK
 
 
 @pytest.mark.parametrize(
@@ -1921,7 +1925,6 @@ async def test_get_is_405(user):
 @pytest.mark.parametrize(
     ("path", "opening", "says"),
     [
-        ("/v1/metrics", "DevAssist keeps traces and logs", "OTEL_METRICS_EXPORTER=none"),
         # An endpoint variable given the signal's path as well (the exporter adds it again).
         (
             "/v1/traces/v1/traces",
@@ -1980,3 +1983,42 @@ async def test_the_timeline_of_spans_sent_children_first_is_in_the_tree_s_order(
     assert page.status_code == HTTPStatus.OK
     labels = re.findall(r'class="wf-label"[^>]*>([^<]*)<', page.content.decode())
     assert [label.split()[-1] for label in labels] == ["weather", "gpt-4o", "get_weather"]
+
+
+@pytest.mark.parametrize("encoding", [PROTOBUF, JSON])
+async def test_metrics_are_taken_to_be_refused_saying_how_to_stop_sending_them(user, encoding):
+    """Every data point refused as OTLP's partial success says, in the request's encoding; a
+    body that does not decode is a 400, as for traces."""
+    points = {"asInt": "1", "timeUnixNano": "1"}
+    document = {
+        "resourceMetrics": [
+            {
+                "scopeMetrics": [
+                    {
+                        "metrics": [
+                            {"name": "calls", "sum": {"dataPoints": [points, points]}},
+                            {"name": "queue", "gauge": {"dataPoints": [points]}},
+                        ]
+                    }
+                ]
+            }
+        ]
+    }
+    request = ExportMetricsServiceRequest()
+    json_format.ParseDict(document, request)
+    body = json.dumps(document).encode() if encoding == JSON else request.SerializeToString()
+    token = await token_for(user)
+    response = await post_otlp(body, token=token, content_type=encoding, path="/v1/metrics")
+    assert response.status_code == HTTPStatus.OK
+    assert response.headers["content-type"].startswith(encoding)
+    answer = ExportMetricsServiceResponse()
+    if encoding == JSON:
+        json_format.ParseDict(response.json(), answer)
+    else:
+        answer.ParseFromString(response.content)
+    assert answer.partial_success.rejected_data_points == 3
+    assert answer.partial_success.error_message.startswith("DevAssist keeps traces and logs")
+    assert await Trace.objects.acount() == 0
+
+    bad = await post_otlp(b"\xff\xff", token=token, content_type=PROTOBUF, path="/v1/metrics")
+    assert bad.status_code == HTTPStatus.BAD_REQUEST

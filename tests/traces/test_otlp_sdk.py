@@ -8,6 +8,7 @@ are log records; and a Vercel AI SDK agent (TypeScript, under Node.js) with tele
 
 from __future__ import annotations
 
+import gzip
 import os
 import shutil
 import subprocess
@@ -22,8 +23,15 @@ from typing import Any
 
 import httpx
 import pytest
+from opentelemetry.exporter.otlp.proto.common.metrics_encoder import encode_metrics
 from opentelemetry.exporter.otlp.proto.http import Compression
+from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+    ExportMetricsServiceResponse,
+)
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader, MetricExportResult
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
@@ -590,10 +598,12 @@ def check_langchain_trace(trace: Trace) -> None:
     assert last.data["input_messages"][-1]["role"] == "tool"
     assert last.data["output_messages"] == [{"role": "assistant", "content": "Rain."}]
     assert trace.total_tokens == first.tokens + last.tokens > 0
-    # The step's page shows LangChain's own serialisation of the messages as the conversation
-    # too, the model's tool call as one.
+    # The step's page shows the conversation once, the model's tool call as one: LangChain's
+    # own serialisation of the same messages (its input) is folded away.
     _, shown = step_detail(trace=trace, step_id=last.id)
-    asked = {value.key: value for value in shown}["input"].messages
+    values = {value.key: value for value in shown}
+    assert (values["input"].messages, values["input"].folded) == (None, True)
+    asked = values["input_messages"].messages
     assert asked is not None
     assert [message.role for message in asked] == ["system", "user", "assistant", "tool"]
     assert asked[1].text == "Weather in Paris?"
@@ -601,3 +611,53 @@ def check_langchain_trace(trace: Trace) -> None:
     assert call.startswith("get_weather(")
     assert "Paris" in call
     assert asked[3].text == "rain in Paris"
+
+
+def agent_metrics() -> Any:
+    """What an agent's SDK exports as metrics (a counter of two series, a histogram), read by
+    an in-memory reader: what its periodic reader hands the exporter every minute."""
+    reader = InMemoryMetricReader()
+    meters = MeterProvider(metric_readers=[reader], shutdown_on_exit=False)
+    meter = meters.get_meter("my.agent")
+    calls = meter.create_counter("gen_ai.client.calls")
+    calls.add(1, {"model": "gpt-4o"})
+    calls.add(2, {"model": "gpt-4o-mini"})
+    meter.create_histogram("gen_ai.client.operation.duration").record(0.4)
+    data = reader.get_metrics_data()
+    meters.shutdown()
+    return data
+
+
+def test_metrics_an_agent_exports_beside_its_traces_are_refused_without_a_failure(
+    app_server, monkeypatch, user
+):
+    """Google's ADK and the Microsoft Agent Framework export metrics to
+    OTEL_EXPORTER_OTLP_ENDPOINT whatever OTEL_METRICS_EXPORTER says, and a 404 made their
+    exporters log a failure every minute: the export succeeds, its three data points refused
+    (OTLP's partial success, which is not retried) with how to stop sending them."""
+    _, token = api_token_create(user=user, name="sdk")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", app_server)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", f"x-api-key={token}")
+    data = agent_metrics()
+    assert OTLPMetricExporter().export(data) == MetricExportResult.SUCCESS
+
+    body = encode_metrics(data).SerializeToString()
+    for sent in (body, gzip.compress(body)):
+        response = httpx.post(
+            f"{app_server}/v1/metrics",
+            content=sent,
+            headers={
+                "Content-Type": PROTOBUF,
+                "x-api-key": token,
+                **({"Content-Encoding": "gzip"} if sent is not body else {}),
+            },
+        )
+        assert response.status_code == HTTPStatus.OK
+        answer = ExportMetricsServiceResponse.FromString(response.content)
+        assert answer.partial_success.rejected_data_points == 3
+        assert "OTEL_METRICS_EXPORTER=none" in answer.partial_success.error_message
+    # Without a token, as for traces.
+    refused = httpx.post(
+        f"{app_server}/v1/metrics", content=body, headers={"Content-Type": PROTOBUF}
+    )
+    assert refused.status_code == HTTPStatus.UNAUTHORIZED
