@@ -109,17 +109,20 @@ ANSWER_PARTS: dict[str, tuple[tuple[str, ...], str]] = {
 
 #: Parts told by their one key instead of a ``type`` (Amazon Bedrock's Converse blocks, as
 #: Strands Agents records them; Google's ``Part``, as Google's ADK does, its other fields
-#: null): the text, the calls of a tool (the keys of the tool's name and of its arguments)
-#: and the answers to one (the keys of the answer and of the call's id).
+#: null; Haystack's ``ChatMessage`` content): the text, the calls of a tool (the keys of the
+#: tool's name and of its arguments) and the answers to one (the keys of the answer and of the
+#: call's id).
 KEYED_CALLS: dict[str, tuple[str, tuple[str, ...]]] = {
     "toolUse": ("name", ("input",)),
     "function_call": ("name", ("args",)),
     "functionCall": ("name", ("args",)),
+    "tool_call": ("tool_name", ("arguments",)),
 }
 KEYED_ANSWERS: dict[str, tuple[tuple[str, ...], str]] = {
     "toolResult": (("content",), "toolUseId"),
     "function_response": (("response",), "id"),
     "functionResponse": (("response",), "id"),
+    "tool_call_result": (("result",), "id"),
 }
 
 

@@ -641,7 +641,7 @@ def _span_step(
         }
         for link in span.links
     ]
-    step_type = step_type_of(attributes, is_root=not span.parent_span_id)
+    step_type = step_type_of(attributes, is_root=not span.parent_span_id, name=span.name)
     data, tool_error = _step_data(
         span, attributes, events, links, step_type=step_type, scope=scope, service=service
     )
@@ -674,11 +674,30 @@ def _span_step(
         started_at=time_of(start),
         finished_at=time_of(end) if end else None,
         duration_ms=max(0, (end - start) // 1_000_000) if end else None,
-        tokens=0 if restated else tokens_of(attributes),
+        tokens=0 if restated else tokens_of(attributes) or _replies_tokens(span.name, data),
         cost=Decimal(0) if restated else cost_of(attributes),
         out_of_order=True,
     )
     return step, start
+
+
+#: Haystack's model calls, whose usage is in their replies' ``meta`` (no attribute says it).
+_HAYSTACK_MODEL_CALLS = frozenset({"haystack.agent.step.llm", "haystack.chat_generator.run"})
+
+
+def _replies_tokens(span_name: str, data: Mapping[str, Any]) -> int:
+    """The tokens of a Haystack model call (``_HAYSTACK_MODEL_CALLS``): the sum of its
+    replies' ``meta.usage`` (their total, else prompt plus completion); 0 for any other
+    span."""
+    output = data.get("output") if span_name in _HAYSTACK_MODEL_CALLS else None
+    replies = output.get("replies") if isinstance(output, dict) else None
+    used = 0
+    for reply in replies if isinstance(replies, list) else []:
+        meta = reply.get("meta") if isinstance(reply, dict) else None
+        usage = meta.get("usage") if isinstance(meta, dict) else None
+        if isinstance(usage, dict):
+            used += tokens_of({f"gen_ai.usage.{key}": value for key, value in usage.items()})
+    return min(used, _TOKENS_MAX)
 
 
 #: Python's call methods, which an instrumentation may put after a tool's name in its span's
@@ -850,14 +869,27 @@ _ROOT_GOALS = frozenset(
 #: The attribute of Google ADK's 1.x schema that holds a model call's request: its model call
 #: spans (``call_llm``) name no operation.
 _ADK_MODEL_CALL = "gcp.vertex.agent.llm_request"
+#: Haystack's own tracer's spans (``haystack.tracing``, on whenever OpenTelemetry is set up in
+#: the agent's process), by their names, which say what they are (their attributes hold content
+#: only with ``HAYSTACK_CONTENT_TRACING_ENABLED``).
+HAYSTACK_SPANS: dict[str, str] = {
+    "haystack.pipeline.run": StepType.GOAL,
+    "haystack.agent.run": StepType.GOAL,
+    "haystack.agent.step": StepType.THOUGHT,
+    "haystack.agent.step.llm": StepType.THOUGHT,
+    "haystack.chat_generator.run": StepType.THOUGHT,
+    "haystack.agent.step.tool": StepType.ACTION,
+    "haystack.component.run": StepType.THOUGHT,
+}
 
 
-def step_type_of(attributes: Mapping[str, Any], *, is_root: bool) -> str:
+def step_type_of(attributes: Mapping[str, Any], *, is_root: bool, name: str = "") -> str:
     """The step type of a span with ``attributes``: the first of ``openinference.span.kind``,
     ``gen_ai.operation.name``, ``traceloop.span.kind``, ``llm.request.type`` and
     ``ai.operationId`` that names one (``_ROOT_GOALS`` at the root are the goal); otherwise
-    ``goal`` for a root span, ``thought`` for a GenAI operation of a framework's own and
-    ``action`` for any other."""
+    ``goal`` for a root span; for one of Haystack's (by its ``name``) what it is, a retriever
+    component's a ``memory_read``; ``thought`` for Google ADK 1.x's model call and for a GenAI
+    operation of a framework's own; ``action`` for any other."""
     for key, table, fold in (
         ("openinference.span.kind", OPENINFERENCE_KINDS, str.upper),
         ("gen_ai.operation.name", GENAI_OPERATIONS, str.lower),
@@ -875,6 +907,10 @@ def step_type_of(attributes: Mapping[str, Any], *, is_root: bool) -> str:
             return found
     if is_root:
         return StepType.GOAL
+    if name in HAYSTACK_SPANS:
+        component = attributes.get("haystack.component.type")
+        retriever = isinstance(component, str) and component.endswith("Retriever")
+        return StepType.MEMORY_READ if retriever else HAYSTACK_SPANS[name]
     if _ADK_MODEL_CALL in attributes:
         return StepType.THOUGHT  # Google ADK's 1.x ``call_llm``: no operation name
     # An operation of the GenAI conventions' that names no tool call (a framework's own, as
@@ -998,6 +1034,11 @@ _INPUT_KEYS = (
     "ai.prompt",
     # Google ADK's 1.x schema: a model call's request and response.
     "gcp.vertex.agent.llm_request",
+    # Haystack's own tracer, with HAYSTACK_CONTENT_TRACING_ENABLED.
+    "haystack.agent.input",
+    "haystack.agent.step.llm.input",
+    "haystack.component.input",
+    "haystack.pipeline.input_data",
 )
 _OUTPUT_KEYS = (
     "output.value",
@@ -1010,6 +1051,10 @@ _OUTPUT_KEYS = (
     # Pydantic AI's agent run: what it answered.
     "final_result",
     "gcp.vertex.agent.llm_response",
+    "haystack.agent.output",
+    "haystack.agent.step.llm.output",
+    "haystack.component.output",
+    "haystack.pipeline.output_data",
 )
 #: Pydantic AI's agent run: the whole conversation of the run, history included (its model
 #: calls have their own ``gen_ai.input.messages``; the run has none).
@@ -1021,7 +1066,13 @@ _MODEL_KEYS = (
     "embedding.model_name",
     "ai.model.id",
 )
-_TOOL_NAME_KEYS = ("tool.name", "gen_ai.tool.name", "traceloop.entity.name", "ai.toolCall.name")
+_TOOL_NAME_KEYS = (
+    "tool.name",
+    "gen_ai.tool.name",
+    "traceloop.entity.name",
+    "ai.toolCall.name",
+    "haystack.tool.name",
+)
 #: Not OpenInference's ``tool.parameters``: that is the tool's parameters' definition (a JSON
 #: schema, as its own tracers and its OpenAI Agents SDK instrumentation write it), and stays
 #: among the attributes; OpenInference records a call's arguments as its input.
@@ -1030,12 +1081,14 @@ _TOOL_ARGUMENT_KEYS = (
     "ai.toolCall.args",
     "ai.toolCall.input",
     "gcp.vertex.agent.tool_call_args",  # Google ADK's 1.x schema
+    "haystack.agent.step.tool.input",
 )
 _TOOL_RESULT_KEYS = (
     "gen_ai.tool.call.result",
     "ai.toolCall.result",
     "ai.toolCall.output",
     "gcp.vertex.agent.tool_response",
+    "haystack.agent.step.tool.output",
 )
 #: Attributes that hold JSON when they hold text: OpenLLMetry writes a function's arguments
 #: (``{"args": [...], "kwargs": {...}}``) and its return value so, the GenAI conventions'
@@ -1061,6 +1114,15 @@ _JSON_TEXT_KEYS = frozenset(
         "gcp.vertex.agent.llm_response",
         "gcp.vertex.agent.tool_call_args",
         "gcp.vertex.agent.tool_response",
+        "haystack.agent.input",
+        "haystack.agent.output",
+        "haystack.agent.step.llm.input",
+        "haystack.agent.step.llm.output",
+        "haystack.agent.step.tool.input",
+        "haystack.component.input",
+        "haystack.component.output",
+        "haystack.pipeline.input_data",
+        "haystack.pipeline.output_data",
     }
 )
 _SPAN_KINDS = {
@@ -1459,6 +1521,9 @@ def _step_data(
         if returned is not None:
             # The framework's object stays whole as the output, beside the result it holds.
             result, tool_error = returned.result, returned.error
+        if attributes.get("haystack.tool.error") is True and not tool_error:
+            # Haystack's tool call that failed, its span not said to (its result says why).
+            tool_error = result if isinstance(result, str) and result else _TOOL_FAILED
         data["result"] = result if result is not None else outputs
         if result is not None and outputs is not None:
             data["output"] = outputs

@@ -1094,6 +1094,11 @@ _DATA_RANK = {
 } | {key: rank for rank, key in enumerate(DATA_SHOWN_LAST, start=1)}
 
 
+#: The keys under which an object holds a conversation (a chat request's ``messages``, Google's
+#: request's ``contents``, a Haystack chat generator's ``replies``).
+_MESSAGE_LISTS = ("messages", "contents", "replies")
+
+
 def step_detail(*, trace: Trace, step_id: uuid.UUID) -> tuple[dict[str, Any], list[ShownValue]]:
     """A step with its full data (one query), and its data as values to show: one per
     top-level key of an object (in ``DATA_SHOWN_FIRST`` / ``DATA_SHOWN_LAST`` order), else
@@ -1119,9 +1124,9 @@ def step_detail(*, trace: Trace, step_id: uuid.UUID) -> tuple[dict[str, Any], li
             body = "parts" if isinstance(value, list) else "content"
             messages = _messages([{"role": "system", body: value}])
         elif messages is None and isinstance(value, dict):
-            # A chat request's messages (Gemini's contents), or a response's answers, beside
-            # the rest.
-            inner = next((key for key in ("messages", "contents") if key in value), "")
+            # A chat request's messages (Gemini's contents, a Haystack generator's replies), or
+            # a response's answers, beside the rest.
+            inner = next((key for key in _MESSAGE_LISTS if key in value), "")
             listed = value.get(inner) if inner else None
             if listed is None and (answered := answered_in(value)) is not None:
                 inner, listed = answered

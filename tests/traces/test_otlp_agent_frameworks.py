@@ -14,6 +14,8 @@ SDK's in-memory exporters (trimmed to what matters, the strings exact):
   ``execute_tool`` with ``gcp.vertex.agent.*`` attributes, as ADK 1.x sends them);
 - Semantic Kernel 1.45.0 (``SEMANTICKERNEL_EXPERIMENTAL_GENAI_ENABLE_OTEL_DIAGNOSTICS_SENSITIVE``):
   its log records, bodies of JSON text;
+- Haystack 3.4.1's own tracer (on with OpenTelemetry set up in the process;
+  ``HAYSTACK_CONTENT_TRACING_ENABLED=true``): an ``Agent`` with one tool;
 - LiteLLM 1.110.2's own OTel callback (``litellm.callbacks = ["otel"]``): its cost."""
 
 from __future__ import annotations
@@ -569,3 +571,153 @@ async def test_litellm_s_call_of_a_tool_shows_as_the_assistant_s(user):
         ['get_weather({"city": "Paris"})'],
         "",
     )
+
+
+HAYSTACK_USER: dict[str, Any] = {
+    "role": "user",
+    "meta": {},
+    "name": None,
+    "content": [{"text": "Weather in Paris?"}],
+}
+HAYSTACK_CALL: dict[str, Any] = {
+    "role": "assistant",
+    "meta": {
+        "model": "gpt-4o",
+        "index": 0,
+        "finish_reason": "tool_calls",
+        "usage": {"completion_tokens": 1, "prompt_tokens": 6, "total_tokens": 7},
+    },
+    "name": None,
+    "content": [
+        {"text": ""},
+        {
+            "tool_call": {
+                "tool_name": "get_weather",
+                "arguments": {"city": "Paris"},
+                "id": "call_1",
+                "extra": None,
+            }
+        },
+    ],
+}
+HAYSTACK_RESULT: dict[str, Any] = {
+    "role": "tool",
+    "meta": {},
+    "name": None,
+    "content": [
+        {
+            "tool_call_result": {
+                "result": "rain in Paris",
+                "origin": {
+                    "tool_name": "get_weather",
+                    "arguments": {"city": "Paris"},
+                    "id": "call_1",
+                },
+                "error": False,
+            }
+        }
+    ],
+}
+
+
+STEP = "haystack.agent.step"
+
+
+def haystack_agent(tracer: otel_trace.Tracer, *, failed: bool = False) -> None:
+    """Haystack's ``Agent`` traced by Haystack itself: its spans named for what they are,
+    their content as JSON text of Haystack's own ``ChatMessage``s."""
+    answer = {
+        "role": "assistant",
+        "meta": {"usage": {"completion_tokens": 3, "prompt_tokens": 9, "total_tokens": 12}},
+        "content": [{"text": "Rain in Paris."}],
+    }
+    with tracer.start_as_current_span(
+        "haystack.agent.run",
+        attributes={
+            "haystack.agent.max_steps": 100,
+            "haystack.agent.input": json.dumps(
+                {"messages": [HAYSTACK_USER], "streaming_callback": None}
+            ),
+            "haystack.agent.output": json.dumps({"messages": [HAYSTACK_USER, answer]}),
+            "haystack.agent.steps_taken": 2,
+        },
+    ):
+        with (
+            tracer.start_as_current_span(
+                "haystack.agent.step", attributes={"haystack.agent.step": 0}
+            ),
+        ):
+            with tracer.start_as_current_span(
+                "haystack.agent.step.llm",
+                attributes={
+                    "haystack.agent.step.llm.input": json.dumps({"messages": [HAYSTACK_USER]}),
+                    "haystack.agent.step.llm.output": json.dumps({"replies": [HAYSTACK_CALL]}),
+                },
+            ):
+                pass
+            with tracer.start_as_current_span(
+                "haystack.agent.step.tool",
+                attributes={
+                    "haystack.tool.name": "get_weather",
+                    "haystack.agent.step.tool.input": '{"city": "Paris"}',
+                    "haystack.agent.step.tool.output": (
+                        "weather service down" if failed else "rain in Paris"
+                    ),
+                    **({"haystack.tool.error": True} if failed else {}),
+                },
+            ):
+                pass
+        with (
+            tracer.start_as_current_span(
+                "haystack.agent.step", attributes={"haystack.agent.step": 1}
+            ),
+            tracer.start_as_current_span(
+                "haystack.agent.step.llm",
+                attributes={
+                    "haystack.agent.step.llm.input": json.dumps(
+                        {"messages": [HAYSTACK_USER, HAYSTACK_CALL, HAYSTACK_RESULT]}
+                    ),
+                    "haystack.agent.step.llm.output": json.dumps({"replies": [answer]}),
+                },
+            ),
+        ):
+            pass
+
+
+async def test_haystack_s_own_spans_are_its_agent_s_steps(user):
+    trace, steps = await send(sdk_spans(haystack_agent), user)
+    run, _, call, tool, _, answer = steps
+    assert [s.step_type for s in steps] == [
+        StepType.GOAL,
+        StepType.THOUGHT,
+        StepType.THOUGHT,
+        StepType.ACTION,
+        StepType.THOUGHT,
+        StepType.THOUGHT,
+    ]
+    assert trace.task == "Weather in Paris?"
+    assert (tool.data["tool_name"], tool.data["arguments"], tool.data["result"]) == (
+        "get_weather",
+        {"city": "Paris"},
+        "rain in Paris",
+    )
+    # Its model calls' usage, from their replies.
+    assert (call.tokens, answer.tokens, run.tokens, trace.total_tokens) == (7, 12, 0, 19)
+
+    _, shown = await sync_to_async(selectors.step_detail)(trace=trace, step_id=answer.id)
+    values = {value.key: value for value in shown}
+    asked = values["input"].messages or []
+    assert [(m.role, m.text, m.calls) for m in asked] == [
+        ("user", "Weather in Paris?", []),
+        ("assistant", "", ['get_weather({"city": "Paris"})']),
+        ("tool", "rain in Paris", []),
+    ]
+    (reply,) = values["output"].messages or []
+    assert reply.text == "Rain in Paris."
+
+
+async def test_haystack_s_failed_tool_call_fails_its_step(user):
+    trace, steps = await send(sdk_spans(lambda t: haystack_agent(t, failed=True)), user)
+    (tool,) = [s for s in steps if s.step_type == StepType.ACTION]
+    assert (tool.status, tool.error) == ("failed", "weather service down")
+    assert trace.error_count == 1
