@@ -689,15 +689,26 @@ def _replies_tokens(span_name: str, data: Mapping[str, Any]) -> int:
     """The tokens of a Haystack model call (``_HAYSTACK_MODEL_CALLS``): the sum of its
     replies' ``meta.usage`` (their total, else prompt plus completion); 0 for any other
     span."""
-    output = data.get("output") if span_name in _HAYSTACK_MODEL_CALLS else None
-    replies = output.get("replies") if isinstance(output, dict) else None
+    if span_name not in _HAYSTACK_MODEL_CALLS:
+        return 0
     used = 0
-    for reply in replies if isinstance(replies, list) else []:
-        meta = reply.get("meta") if isinstance(reply, dict) else None
-        usage = meta.get("usage") if isinstance(meta, dict) else None
+    for meta in _replies_metas(data.get("output")):
+        usage = meta.get("usage")
         if isinstance(usage, dict):
             used += tokens_of({f"gen_ai.usage.{key}": value for key, value in usage.items()})
     return min(used, _TOKENS_MAX)
+
+
+def _replies_metas(output: Any) -> list[dict[str, Any]]:
+    """The ``meta`` of each of a Haystack chat generator's ``replies`` in its ``output``."""
+    replies = output.get("replies") if isinstance(output, dict) else None
+    metas = [reply.get("meta") for reply in replies or [] if isinstance(reply, dict)]
+    return [meta for meta in metas if isinstance(meta, dict)]
+
+
+def _replies_meta(output: Any) -> dict[str, Any]:
+    """The ``meta`` of a Haystack chat generator's first reply (its ``model``...), or {}."""
+    return next(iter(_replies_metas(output)), {})
 
 
 #: Python's call methods, which an instrumentation may put after a tool's name in its span's
@@ -883,7 +894,7 @@ HAYSTACK_SPANS: dict[str, str] = {
 }
 
 
-def step_type_of(attributes: Mapping[str, Any], *, is_root: bool, name: str = "") -> str:
+def step_type_of(attributes: Mapping[str, Any], *, is_root: bool, name: str) -> str:
     """The step type of a span with ``attributes``: the first of ``openinference.span.kind``,
     ``gen_ai.operation.name``, ``traceloop.span.kind``, ``llm.request.type`` and
     ``ai.operationId`` that names one (``_ROOT_GOALS`` at the root are the goal); otherwise
@@ -1395,9 +1406,12 @@ def _event_message(fields: Any, name: str) -> dict[str, Any]:
         role = MESSAGE_EVENTS[name]
     content = given.get("content")
     if isinstance(content, dict) and isinstance(content.get("parts"), list):
-        # Google's Content: its parts (its own role, "model", says no more than the event's).
+        # Google's Content: its parts, and its role, which says who spoke where the event's
+        # name does not (Google ADK sends the model's earlier calls as user messages).
         del given["content"]
         given["parts"] = content["parts"]
+        if isinstance(content.get("role"), str):
+            given.setdefault("role", content["role"])
     given.setdefault("role", role)
     return given
 
@@ -1529,6 +1543,8 @@ def _step_data(
             data["output"] = outputs
     else:
         model = next((attributes[k] for k in _MODEL_KEYS if k in attributes), None)
+        if model is None and span.name in _HAYSTACK_MODEL_CALLS:
+            model = _replies_meta(outputs).get("model")
         if model is not None:
             data["model"] = model
         counts = {

@@ -363,6 +363,12 @@ def adk_v1(tracer: otel_trace.Tracer, logger: Logger) -> None:
             body={"content": {"parts": [gemini_part(text="Weather in Paris?")], "role": "user"}},
             attributes=genai,
         )
+        # The model's earlier call, sent as a user message: its Content says who spoke.
+        logger.emit(
+            event_name="gen_ai.user.message",
+            body={"content": {"parts": [gemini_part(text="Thinking.")], "role": "model"}},
+            attributes=genai,
+        )
         logger.emit(
             event_name="gen_ai.choice",
             body={
@@ -409,15 +415,16 @@ async def test_log_records_of_google_s_content_or_json_text_give_their_messages(
         response = await post_otlp(body, token=token, path=path)
         assert response.status_code == HTTPStatus.OK, response.content
     trace, (chat,) = await steps_of(trace_of(spans))
-    (asked,) = chat.data["input"]
+    asked, *earlier = chat.data["input"]
     (answer,) = chat.data["output"]
     assert asked["role"] == "user"
+    assert [m["role"] for m in earlier] == (["model"] if framework is adk_v1 else [])
     assert answer["finish_reason"] in ("STOP", "tool_calls")
     assert trace.task == "Weather in Paris?"
 
     _, shown = await sync_to_async(selectors.step_detail)(trace=trace, step_id=chat.id)
     values = {value.key: value for value in shown}
-    (question,) = values["input"].messages or []
+    question, *_ = values["input"].messages or []
     (reply,) = values["output"].messages or []
     assert (question.role, question.text, question.extra) == ("user", "Weather in Paris?", "")
     assert reply.calls == ['get_weather({"city": "Paris"})']
@@ -701,8 +708,9 @@ async def test_haystack_s_own_spans_are_its_agent_s_steps(user):
         {"city": "Paris"},
         "rain in Paris",
     )
-    # Its model calls' usage, from their replies.
+    # Its model calls' usage and model, from their replies.
     assert (call.tokens, answer.tokens, run.tokens, trace.total_tokens) == (7, 12, 0, 19)
+    assert (call.data["model"], "model" in answer.data) == ("gpt-4o", False)
 
     _, shown = await sync_to_async(selectors.step_detail)(trace=trace, step_id=answer.id)
     values = {value.key: value for value in shown}
