@@ -7,7 +7,12 @@ OTLP is named after (``asked_in``)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
+
+#: Where a kind of part keeps what it says: (the keys of a tool's name, or of an answer; the
+#: keys of the arguments, or of the call's id).
+_Spec = tuple[Any, Any]
 
 #: The keys of a message that hold its text, in the shapes the conventions give it: a string
 #: (``content``), or a list of parts whose text ones are ``{"type": "text", "text" | "content"}``
@@ -158,35 +163,41 @@ def tool_call(call: Any) -> tuple[str, Any] | None:
 def part_call(part: Any) -> tuple[str, Any] | None:
     """(the tool's name, the arguments) of a part of a message that calls a tool
     (``CALL_PARTS``, ``KEYED_CALLS``); None for any other part."""
-    kind = part.get("type") if isinstance(part, dict) else None
-    if (keyed := _keyed(part)) is not None and keyed[0] in KEYED_CALLS:
-        kind, part = keyed[0], keyed[1]
-        name_key, argument_keys = KEYED_CALLS[kind]
-    elif isinstance(kind, str) and kind in CALL_PARTS:
-        name_key, argument_keys = CALL_PARTS[kind]
-    else:
+    found = _part_fields(part, CALL_PARTS, KEYED_CALLS)
+    if found is None:
         return None
-    if not isinstance(part, dict) or not isinstance(name := part.get(name_key), str):
+    fields, (name_key, argument_keys) = found
+    if not isinstance(name := fields.get(name_key), str):
         return None
-    return name, next((part[key] for key in argument_keys if key in part), "")
+    return name, next((fields[key] for key in argument_keys if key in fields), "")
 
 
 def part_answer(part: Any) -> tuple[Any, str] | None:
     """(the answer, the id of the call it answers or "") of a part of a message that answers
     a tool call (``ANSWER_PARTS``, ``KEYED_ANSWERS``); None for any other part."""
-    kind = part.get("type") if isinstance(part, dict) else None
-    if (keyed := _keyed(part)) is not None and keyed[0] in KEYED_ANSWERS:
-        kind, part = keyed[0], keyed[1]
-        answer_keys, id_key = KEYED_ANSWERS[kind]
-    elif isinstance(kind, str) and kind in ANSWER_PARTS:
-        answer_keys, id_key = ANSWER_PARTS[kind]
+    found = _part_fields(part, ANSWER_PARTS, KEYED_ANSWERS)
+    if found is None:
+        return None
+    fields, (answer_keys, id_key) = found
+    answer = next((fields[key] for key in answer_keys if key in fields), None)
+    call_id = fields.get(id_key)
+    return answer, call_id if isinstance(call_id, str) else ""
+
+
+def _part_fields(
+    part: Any, typed: Mapping[str, _Spec], keyed: Mapping[str, _Spec]
+) -> tuple[dict[str, Any], _Spec] | None:
+    """The fields of ``part`` and where its kind keeps what it says, for a part of a kind
+    that ``typed`` names by its ``type`` or ``keyed`` by its one key (whose value holds the
+    fields); None for any other part."""
+    found = _keyed(part)
+    if found is not None and found[0] in keyed:
+        fields, spec = found[1], keyed[found[0]]
+    elif isinstance(part, dict) and isinstance(kind := part.get("type"), str) and kind in typed:
+        fields, spec = part, typed[kind]
     else:
         return None
-    if not isinstance(part, dict):
-        return None
-    answer = next((part[key] for key in answer_keys if key in part), None)
-    call_id = part.get(id_key)
-    return answer, call_id if isinstance(call_id, str) else ""
+    return (fields, spec) if isinstance(fields, dict) else None
 
 
 def last_user_text(value: Any) -> str:
