@@ -1382,9 +1382,14 @@ def event_messages(event: dict[str, Any]) -> tuple[dict[str, list[Any]], dict[st
     return found, _without(event, attributes=_MESSAGE_ATTRIBUTES.values())
 
 
+#: A choice's own fields beside its message: why it ended, and which choice it is.
+_CHOICE_FIELDS = ("finish_reason", "index")
+
+
 def _event_message(fields: Any, name: str) -> dict[str, Any]:
     """The message of a ``MESSAGE_EVENTS`` or ``CHOICE_EVENT`` event whose body (or, on a
-    span, attributes) is ``fields``."""
+    span, attributes) is ``fields``: an input message's role first, from the event's name
+    unless it says its own; a choice's message, then its own fields."""
     if isinstance(fields, str):
         parsed = json_text_value(fields)
         fields = parsed if isinstance(parsed, dict) else fields
@@ -1395,25 +1400,32 @@ def _event_message(fields: Any, name: str) -> dict[str, Any]:
         if isinstance(given.get(key), str):
             parsed = json_text_value(given[key])
             given[key] = parsed if isinstance(parsed, dict | list) else given[key]
-    if name == CHOICE_EVENT:
-        answer = given.pop("message", None)
-        if isinstance(answer, dict):
-            given = {**answer, **given}
-        elif answer is not None:
-            given = {"content": answer, **given}
-        role = "assistant"
-    else:
-        role = MESSAGE_EVENTS[name]
-    content = given.get("content")
+    if name != CHOICE_EVENT:
+        _google_content(given)
+        return {"role": given.pop("role", MESSAGE_EVENTS[name]), **given}
+    answer = given.pop("message", None)
+    message: dict[str, Any] = {}
+    if answer is not None:
+        message = dict(answer) if isinstance(answer, dict) else {"content": answer}
+        message.setdefault("role", "assistant")
+    message.update({key: given.pop(key) for key in _CHOICE_FIELDS if key in given})
+    for key, value in given.items():
+        message.setdefault(key, value)  # the rest of what it held (Google ADK's content)
+    _google_content(message)
+    message.setdefault("role", "assistant")
+    return message
+
+
+def _google_content(message: dict[str, Any]) -> None:
+    """Put the parts of a ``content`` that is Google's ``Content`` in ``message``, and its
+    role where the message says none: it says who spoke where the event's name does not
+    (Google ADK sends the model's earlier calls as user messages)."""
+    content = message.get("content")
     if isinstance(content, dict) and isinstance(content.get("parts"), list):
-        # Google's Content: its parts, and its role, which says who spoke where the event's
-        # name does not (Google ADK sends the model's earlier calls as user messages).
-        del given["content"]
-        given["parts"] = content["parts"]
+        del message["content"]
+        message["parts"] = content["parts"]
         if isinstance(content.get("role"), str):
-            given.setdefault("role", content["role"])
-    given.setdefault("role", role)
-    return given
+            message.setdefault("role", content["role"])
 
 
 def _listed(value: Any) -> list[Any]:
