@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 import structlog
 from django.db import DataError, IntegrityError, transaction
 from django.db.models import F, Q, Window
-from django.db.models.functions import RowNumber
+from django.db.models.functions import Left, RowNumber
 from django.utils import timezone
 
 from devassist.exceptions import DomainError
@@ -29,6 +29,7 @@ from traces.messages import asked_in
 from traces.models import OTEL_METADATA_KEY, PendingLogEvents, Step, StepType, Trace, TraceMode
 from traces.otlp import (
     LOGS,
+    TASK_CHARS,
     Limits,
     OtlpError,
     Refusals,
@@ -444,10 +445,16 @@ def _first_question(
         for step in (spans.steps if spans.task is None else _calls(spans))
         if isinstance(step.data, dict)
     ]
-    calls += stored
-    calls.sort(key=lambda call: (call[0] is None, call[0] or datetime.min.replace(tzinfo=UTC)))
-    # The messages flattened beside the request (OpenInference's) or the input itself.
-    asked = (asked_in(messages) or asked_in(as_structured(given)) for _, given, messages in calls)
+    return _asked_first([*calls, *stored])
+
+
+def _asked_first(calls: Sequence[_Call]) -> str | None:
+    """What the earliest of the model ``calls`` that was asked anything was asked (its
+    messages flattened beside the request, OpenInference's, or its input itself)."""
+    ordered = sorted(
+        calls, key=lambda call: (call[0] is None, call[0] or datetime.min.replace(tzinfo=UTC))
+    )
+    asked = (asked_in(messages) or asked_in(as_structured(given)) for _, given, messages in ordered)
     return next((text for text in asked if text), None)
 
 
@@ -558,6 +565,37 @@ def _add_logs(user: Any, batch: LogBatch, traces: list[TraceLogs]) -> Handled:
     return _handled(batch, results, {logs.trace_id: logs.count for logs in traces})
 
 
+def _late_tasks(
+    inputs: Mapping[uuid.UUID, Mapping[uuid.UUID, Any]],
+    calls: Mapping[uuid.UUID, Sequence[_Call]],
+) -> dict[uuid.UUID, str]:
+    """The tasks that log records give the stored traces whose stored steps they join (the
+    steps' ``inputs`` with the records, the model ``calls`` among them), by trace id, for the
+    traces their root span named by its name alone: its input asked nothing, and no model
+    call had been asked anything when it came (``_stored_traces_tasks``), because the records
+    came after the spans (Google ADK's and Semantic Kernel's processes flush their spans
+    first). The task is the input the records give the root, else what the earliest of the
+    model calls they join was asked. One query, none when the records ask nothing."""
+    asking = {
+        trace_id
+        for trace_id, given in inputs.items()
+        if any(value is not None for value in given.values())
+    }
+    if not asking:
+        return {}
+    roots = Step.objects.filter(
+        trace_id__in=asking,
+        parent__isnull=True,
+        pending_parent_id__isnull=True,  # not a span waiting for its parent
+        trace__task=Left("name", TASK_CHARS),
+    ).values_list("trace_id", "pk")
+    tasks = {
+        trace_id: task_of(inputs[trace_id].get(root), "") or _asked_first(calls[trace_id])
+        for trace_id, root in roots
+    }
+    return {trace_id: task for trace_id, task in tasks.items() if task}
+
+
 def _logs_write(logs: TraceLogs, user: Any) -> TraceSteps:
     """What ``logs`` write to their trace through the store: no step (they change steps,
     ``_RecordsIntoSteps``), and the trace they open when it is new."""
@@ -590,18 +628,25 @@ class _RecordsIntoSteps:
         stored = (
             Step.objects.filter(trace_id__in=list(items), pk__in=step_ids)
             .order_by()
-            .values_list("trace_id", "pk", "data")
+            .values_list("trace_id", "pk", "step_type", "started_at", "data")
         )
         max_events = Limits.current().max_events
         updates: dict[uuid.UUID, dict[uuid.UUID, dict[str, Any]]] = defaultdict(dict)
-        for trace_id, step_id, data in stored:
+        inputs: dict[uuid.UUID, dict[uuid.UUID, Any]] = defaultdict(dict)
+        calls: dict[uuid.UUID, list[_Call]] = defaultdict(list)
+        for trace_id, step_id, step_type, started_at, data in stored:
             self._stored[trace_id].add(step_id)
             events = self._logs[trace_id].events[step_id]
-            updates[trace_id][step_id] = {
-                "data": with_log_events(data, events, max_events=max_events)
-            }
+            joined = with_log_events(data, events, max_events=max_events)
+            updates[trace_id][step_id] = {"data": joined}
+            inputs[trace_id][step_id] = joined.get("input")
+            if step_type == StepType.THOUGHT:
+                calls[trace_id].append((started_at, joined.get("input"), None))
+        tasks = _late_tasks(inputs, calls)
         return {
-            trace_id: replace(item, updates=updates[trace_id]) if trace_id in updates else item
+            trace_id: replace(item, updates=updates[trace_id], late_task=tasks.get(trace_id))
+            if trace_id in updates
+            else item
             for trace_id, item in items.items()
         }
 

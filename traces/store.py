@@ -150,6 +150,10 @@ class TraceSteps:
     #: Changes to stored steps of a stored trace (step id -> changes, as ``update_step``
     #: takes them), applied after the steps are added.
     updates: Mapping[uuid.UUID, dict[str, Any]] = field(default_factory=dict)
+    #: A task that replaces the stored trace's, running or finished: what the log records
+    #: that came after an OTLP trace's spans ask, where its root span named it by its name
+    #: alone (``traces.services``).
+    late_task: str | None = None
 
 
 #: A write's new steps, by the id of their trace.
@@ -724,17 +728,21 @@ class _Write:
         """Give a running trace a new ``task`` and ``agent_type`` when they are given and
         differ, and end it as ``complete`` when given; a trace that is no longer running
         keeps what it has (late steps change nothing of it)."""
-        trace = self.trace
-        if not trace.is_running:
+        if not self.trace.is_running:
             return
-        for name, value in (("task", task), ("agent_type", agent_type)):
-            if value is not None and value != getattr(trace, name):
-                setattr(trace, name, value)
-                self.extra_trace_fields.add(name)
-        if self.extra_trace_fields:
-            make_storable(trace)  # before its trace_completed event is made from it
+        self.rename(task, agent_type)
         if complete is not None:
             self.complete(complete, total_duration_ms)
+
+    def rename(self, task: str | None, agent_type: str | None = None) -> None:
+        """Give the trace ``task`` and ``agent_type`` when they are given and differ, running
+        or finished (``end_or_rename`` only a running one; ``TraceSteps.late_task`` any)."""
+        for name, value in (("task", task), ("agent_type", agent_type)):
+            if value is not None and value != getattr(self.trace, name):
+                setattr(self.trace, name, value)
+                self.extra_trace_fields.add(name)
+        if self.extra_trace_fields:
+            make_storable(self.trace)  # before its trace_completed event is made from it
 
     def log(self) -> None:
         """Log what the write added and whether it ended the trace."""
@@ -946,6 +954,8 @@ def _write_to(
         task=item.task,
         agent_type=item.agent_type,
     )
+    if item.late_task is not None:
+        write.rename(item.late_task)
     _check_total_cost(stored)
     return write, batch
 
@@ -1124,9 +1134,9 @@ class OrmTraceStore:
         after the steps are added, of a finished trace too (its watchers are not told);
         ``complete`` ends a running trace, and ``task`` and ``agent_type`` replace its own
         (a trace that is no longer running still takes late steps, without events: its
-        ``trace_completed`` stays its last event). For the traces of one OTLP request: their
-        spans took about ten queries a trace one by one (benchmarks/README.md,
-        "2026-12-05 20:10").
+        ``trace_completed`` stays its last event; only ``late_task`` renames it). For the
+        traces of one OTLP request: their spans took about ten queries a trace one by one
+        (benchmarks/README.md, "2026-12-05 20:10").
 
         ``check`` is given each locked trace and raises to refuse it; ``prepare`` is given what
         is to be written to the traces that passed, by trace id, under their locks, and returns

@@ -184,6 +184,67 @@ async def test_log_records_sent_after_their_span_update_its_step(user, settings)
     after = await Trace.objects.aget(pk=trace.pk)
     assert (after.status, after.last_seq) == (TraceStatus.COMPLETED, trace.last_seq + 3)
     assert not await TraceEvent.objects.filter(trace=trace, seq__gt=trace.last_seq).aexists()
+    # Its root has no input, and its model call had none when the spans came: it was named
+    # after the root span, and is named after what the call was asked once the records say.
+    assert (trace.task, after.task) == ("invoke_agent weather", "Weather in Paris?")
+    assert "Weather in Paris?" in (await browser.get("/traces/")).text
+
+
+def agent_asked_twice(tracer: otel_trace.Tracer, logger: Logger, *, given: str = "") -> None:
+    """An agent whose two model calls' messages are log records, as Google ADK's (its content
+    as events only) and Semantic Kernel's are, whose processes flush their spans first; its
+    run given ``given`` as its input, when it is."""
+    attributes = {"gen_ai.operation.name": "invoke_agent"}
+    if given:
+        attributes["input.value"] = given
+    with tracer.start_as_current_span("invoke_agent weather", attributes=attributes):
+        for question in ("Weather in Paris?", "And in Rome?"):
+            with tracer.start_as_current_span(
+                "chat gpt-4o", attributes={"gen_ai.operation.name": "chat"}
+            ):
+                logger.emit(
+                    event_name="gen_ai.user.message", body={"content": question}, attributes=GENAI
+                )
+
+
+async def test_records_after_the_spans_name_the_trace_after_its_first_question(user):
+    spans, records = sdk_spans_and_logs(agent_asked_twice)
+    token = await token_for(user)
+    await post_otlp(protobuf_body(spans), token=token)
+    trace = await Trace.objects.aget(pk=trace_of(spans))
+    assert (trace.status, trace.task) == (TraceStatus.COMPLETED, "invoke_agent weather")
+    # Both calls' records in one request, the later one's first: the earlier call's question.
+    await post_otlp(logs_body(records[::-1]), token=token, path="/v1/logs")
+    trace = await Trace.objects.aget(pk=trace.pk)
+    assert (trace.status, trace.task) == (TraceStatus.COMPLETED, "Weather in Paris?")
+    browser = AsyncClient()
+    await browser.aforce_login(user)
+    assert (await browser.get(f"/api/traces/{trace.id}")).json()["task"] == "Weather in Paris?"
+
+
+async def test_records_after_the_spans_rename_a_trace_once_and_only_one_its_root_named(user):
+    """The first records that ask name the trace; those after them, and those of a trace
+    named after its root's input, change no name."""
+    spans, records = sdk_spans_and_logs(agent_asked_twice)
+    token = await token_for(user)
+    await post_otlp(protobuf_body(spans), token=token)
+    first, later = records
+    for record in (first, later):
+        await post_otlp(logs_body([record]), token=token, path="/v1/logs")
+        assert (await Trace.objects.aget(pk=trace_of(spans))).task == "Weather in Paris?"
+
+    given, given_records = sdk_spans_and_logs(
+        functools.partial(agent_asked_twice, given="Plan my week")
+    )
+    await post_otlp(protobuf_body(given), token=token)
+    await post_otlp(logs_body(given_records), token=token, path="/v1/logs")
+    assert (await Trace.objects.aget(pk=trace_of(given))).task == "Plan my week"
+    calls = [span for span in given if span.name == "chat gpt-4o"]
+    stored = await sync_to_async(list)(Step.objects.filter(pk__in=[step_of(s) for s in calls]))
+    assert sorted(step.data["input"][0]["content"] for step in stored) == [
+        "And in Rome?",
+        "Weather in Paris?",
+    ]
 
 
 @pytest.mark.parametrize(
@@ -617,10 +678,12 @@ async def test_a_root_model_call_is_named_after_the_messages_that_came_before_it
     trace = await Trace.objects.aget(pk=trace_of(spans))
     assert trace.status == TraceStatus.COMPLETED
     assert trace.task == "Weather in Paris?"  # its messages' last user message
-    # Without records before it, the root's name.
-    later, _ = sdk_spans_and_logs(plain_chat)
+    # Without records before it, the root's name, until its records come.
+    later, later_records = sdk_spans_and_logs(plain_chat)
     await post_otlp(protobuf_body(later), token=token)
     assert (await Trace.objects.aget(pk=trace_of(later))).task == "chat gpt-4o"
+    await post_otlp(logs_body(later_records), token=token, path="/v1/logs")
+    assert (await Trace.objects.aget(pk=trace_of(later))).task == "Weather in Paris?"
 
 
 # --- records whose span does not arrive ---------------------------------------------------------

@@ -528,7 +528,9 @@ def test_log_records_for_any_number_of_stored_traces_go_in_together(
     user, django_assert_num_queries
 ):
     """Log records that come after their spans join their steps, the traces' writes
-    together: a query for each trace's row and one for its changed step, the rest shared."""
+    together: a query for each trace's row and one for its changed step, the rest shared;
+    the traces their roots named by name alone are named after their model calls' questions
+    in the same writes."""
     from tests.traces.otlp_clients import export_request, logs_request, sdk_spans_and_logs
     from traces.otlp import Limits, request_spans
     from traces.otlp_logs import request_log_records
@@ -539,7 +541,9 @@ def test_log_records_for_any_number_of_stored_traces_go_in_together(
 
         for index in range(count):
             with tracer.start_as_current_span(f"agent {index}"):
-                with tracer.start_as_current_span("chat"):
+                with tracer.start_as_current_span(
+                    "chat", attributes={"gen_ai.operation.name": "chat"}
+                ):
                     logger.emit(
                         LogRecord(body={"content": f"hi {index}"}, event_name="gen_ai.user.message")
                     )
@@ -554,10 +558,10 @@ def test_log_records_for_any_number_of_stored_traces_go_in_together(
             user=user, batch=request_spans(export_request(sent), limits=Limits.current())
         )
         batch = request_log_records(logs_request(records), limits=Limits.current())
-        # Which traces are stored; the lock of the traces, the steps the records name; the
-        # look-up of those to change; each trace's row and its changed step; one insert of
-        # the records that wait (savepoints around them).
-        with django_assert_num_queries(9 + 2 * count):
+        # Which traces are stored; the lock of the traces, the steps the records name, the
+        # roots named by name alone; the look-up of those to change; each trace's row and its
+        # changed step; one insert of the records that wait (savepoints around them).
+        with django_assert_num_queries(10 + 2 * count):
             outcome = otlp_logs_ingest(user=user, batch=batch)
         assert (outcome.accepted, outcome.rejected) == (2 * count, 0)
         assert PendingLogEvents.objects.count() == count
@@ -565,3 +569,4 @@ def test_log_records_for_any_number_of_stored_traces_go_in_together(
     chats = Step.objects.filter(name="chat")
     assert chats.count() == 42
     assert all(chat.data["input"][0]["content"].startswith("hi ") for chat in chats)
+    assert {chat.trace.task for chat in chats} == {f"hi {index}" for index in range(40)}
