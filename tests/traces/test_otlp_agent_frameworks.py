@@ -41,7 +41,7 @@ from tests.traces.otlp_clients import (
 )
 from tests.traces.test_otlp_ingest import token_for, trace_of
 from traces import selectors
-from traces.models import Step, StepType, Trace
+from traces.models import Step, StepType, Trace, TraceStatus
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -430,9 +430,12 @@ async def test_log_records_of_google_s_content_or_json_text_give_their_messages(
     assert reply.calls == ['get_weather({"city": "Paris"})']
 
 
-def semantic_kernel_agent(tracer: otel_trace.Tracer, *, asked: bool = True) -> None:
+def semantic_kernel_agent(
+    tracer: otel_trace.Tracer, logger: Logger | None = None, *, asked: bool = True
+) -> None:
     """Semantic Kernel's agent: its run's input an empty list of messages; its model call's
-    messages here, or (``asked=False``) in log records that come later."""
+    messages here, or (``asked=False``) in log records, which its process flushes after its
+    spans (emitted to ``logger``, when given)."""
     with tracer.start_as_current_span(
         "invoke_agent WeatherAgent",
         attributes={
@@ -450,7 +453,11 @@ def semantic_kernel_agent(tracer: otel_trace.Tracer, *, asked: bool = True) -> N
                 **({"gen_ai.input.messages": question} if asked else {}),
             },
         ):
-            pass
+            if logger is not None:
+                logger.emit(
+                    body='{"role": "user", "content": "Weather in Paris?"}',
+                    attributes={"event.name": "gen_ai.user.message", "gen_ai.system": "openai"},
+                )
 
 
 @pytest.mark.parametrize(
@@ -461,6 +468,19 @@ async def test_an_agent_run_that_asks_nothing_is_named_after_its_model_call(user
     spans = sdk_spans(lambda tracer: semantic_kernel_agent(tracer, asked=asked))
     trace, _ = await send(spans, user)
     assert trace.task == task
+
+
+async def test_an_agent_run_is_named_by_its_model_call_s_records_sent_after_its_spans(user):
+    spans, records = sdk_spans_and_logs(
+        lambda tracer, logger: semantic_kernel_agent(tracer, logger, asked=False)
+    )
+    trace, _ = await send(spans, user)
+    assert trace.task == "invoke_agent WeatherAgent"
+    response = await post_otlp(logs_body(records), token=await token_for(user), path="/v1/logs")
+    assert response.status_code == HTTPStatus.OK, response.content
+    trace, (_, chat) = await steps_of(trace.id)
+    assert chat.data["input"] == [{"role": "user", "content": "Weather in Paris?"}]
+    assert (trace.status, trace.task) == (TraceStatus.COMPLETED, "Weather in Paris?")
 
 
 ADK_REQUEST = {
