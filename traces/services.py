@@ -450,12 +450,13 @@ def _first_question(
 
 def _asked_first(calls: Sequence[_Call]) -> str | None:
     """What the earliest of the model ``calls`` that was asked anything was asked (its
-    messages flattened beside the request, OpenInference's, or its input itself)."""
+    messages flattened beside the request, OpenInference's, or its input itself), cut to
+    ``TASK_CHARS`` as a task."""
     ordered = sorted(
         calls, key=lambda call: (call[0] is None, call[0] or datetime.min.replace(tzinfo=UTC))
     )
     asked = (asked_in(messages) or asked_in(as_structured(given)) for _, given, messages in ordered)
-    return next((text for text in asked if text), None)
+    return next((text[:TASK_CHARS] for text in asked if text), None)
 
 
 class _WaitingRecords:

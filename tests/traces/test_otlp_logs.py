@@ -686,6 +686,27 @@ async def test_a_root_model_call_is_named_after_the_messages_that_came_before_it
     assert (await Trace.objects.aget(pk=trace_of(later))).task == "Weather in Paris?"
 
 
+def plain_chat_asking(tracer: otel_trace.Tracer, logger: Logger, *, question: str) -> None:
+    with tracer.start_as_current_span("chat gpt-4o", attributes={"gen_ai.operation.name": "chat"}):
+        logger.emit(event_name="gen_ai.user.message", body={"content": question}, attributes=GENAI)
+
+
+@pytest.mark.parametrize("records_first", [True, False])
+async def test_a_long_question_names_its_trace_in_its_first_thousand_characters(
+    user, records_first
+):
+    question = "Why? " * 1000
+    spans, records = sdk_spans_and_logs(functools.partial(plain_chat_asking, question=question))
+    token = await token_for(user)
+    sends = [(protobuf_body(spans), "/v1/traces"), (logs_body(records), "/v1/logs")]
+    for body, path in sends[::-1] if records_first else sends:
+        assert (await post_otlp(body, token=token, path=path)).status_code == HTTPStatus.OK
+    trace = await Trace.objects.aget(pk=trace_of(spans))
+    assert trace.task == question[:1000]
+    (chat,) = await sync_to_async(list)(Step.objects.filter(trace=trace))
+    assert chat.data["input"] == [{"role": "user", "content": question}]  # kept whole
+
+
 # --- records whose span does not arrive ---------------------------------------------------------
 
 
