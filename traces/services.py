@@ -574,9 +574,10 @@ def _late_tasks(
     steps' ``inputs`` with the records, the model ``calls`` among them), by trace id, for the
     traces their root span named by its name alone: its input asked nothing, and no model
     call had been asked anything when it came (``_stored_traces_tasks``), because the records
-    came after the spans (Google ADK's and Semantic Kernel's processes flush their spans
-    first). The task is the input the records give the root, else what the earliest of the
-    model calls they join was asked. One query, none when the records ask nothing."""
+    came after the spans (a process that sets up its tracing before its logging, as Semantic
+    Kernel's samples do, flushes its spans first at exit). The task is the input the records
+    give the root, else what the earliest of the model calls they join was asked. One query,
+    none when the records ask nothing."""
     asking = {
         trace_id
         for trace_id, given in inputs.items()

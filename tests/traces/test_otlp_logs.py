@@ -192,8 +192,8 @@ async def test_log_records_sent_after_their_span_update_its_step(user, settings)
 
 def agent_asked_twice(tracer: otel_trace.Tracer, logger: Logger, *, given: str = "") -> None:
     """An agent whose two model calls' messages are log records, as Google ADK's (its content
-    as events only) and Semantic Kernel's are, whose processes flush their spans first; its
-    run given ``given`` as its input, when it is."""
+    as events only) and Semantic Kernel's are, flushed after its spans when its tracing was
+    set up first; its run given ``given`` as its input, when it is."""
     attributes = {"gen_ai.operation.name": "invoke_agent"}
     if given:
         attributes["input.value"] = given
