@@ -187,7 +187,7 @@ async def test_log_records_sent_after_their_span_update_its_step(user, settings)
     # Its root has no input, and its model call had none when the spans came: it was named
     # after the root span, and is named after what the call was asked once the records say.
     assert (trace.task, after.task) == ("invoke_agent weather", "Weather in Paris?")
-    assert "Weather in Paris?" in (await browser.get("/traces/")).text
+    assert "Weather in Paris?" in (await browser.get("/traces/")).content.decode()
 
 
 def agent_asked_twice(tracer: otel_trace.Tracer, logger: Logger, *, given: str = "") -> None:
@@ -239,8 +239,8 @@ async def test_records_after_the_spans_rename_a_trace_once_and_only_one_its_root
     await post_otlp(protobuf_body(given), token=token)
     await post_otlp(logs_body(given_records), token=token, path="/v1/logs")
     assert (await Trace.objects.aget(pk=trace_of(given))).task == "Plan my week"
-    calls = [span for span in given if span.name == "chat gpt-4o"]
-    stored = await sync_to_async(list)(Step.objects.filter(pk__in=[step_of(s) for s in calls]))
+    calls = [step_of(span) for span in given if span.name == "chat gpt-4o"]
+    stored = [await Step.objects.aget(pk=step_id) for step_id in calls]
     assert sorted(step.data["input"][0]["content"] for step in stored) == [
         "And in Rome?",
         "Weather in Paris?",
@@ -703,7 +703,7 @@ async def test_a_long_question_names_its_trace_in_its_first_thousand_characters(
         assert (await post_otlp(body, token=token, path=path)).status_code == HTTPStatus.OK
     trace = await Trace.objects.aget(pk=trace_of(spans))
     assert trace.task == question[:1000]
-    (chat,) = await sync_to_async(list)(Step.objects.filter(trace=trace))
+    chat = await Step.objects.aget(trace=trace)
     assert chat.data["input"] == [{"role": "user", "content": question}]  # kept whole
 
 
