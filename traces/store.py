@@ -948,14 +948,14 @@ def _write_to(
     for step_id, changes in item.updates.items():
         write.update(step_id, changes)
     resent = item.ended_by is not None and item.ended_by not in write.new_steps
+    if item.late_task is not None:
+        write.rename(item.late_task)
     write.end_or_rename(
         None if resent else item.complete,
         item.total_duration_ms,
         task=item.task,
         agent_type=item.agent_type,
     )
-    if item.late_task is not None:
-        write.rename(item.late_task)
     _check_total_cost(stored)
     return write, batch
 
