@@ -257,6 +257,11 @@ def _as_message(item: Any) -> dict[str, Any] | None:
 #: ``input``), looked for from the top down (``asked_in``).
 QUESTION_KEYS = ("task", "question", "query", "input", "prompt", "user_input")
 
+#: What an instrumentation records in place of a message it was told to keep out: Google
+#: ADK's, whose records carry it as every message's content unless
+#: ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` is on (its default). Nothing asked.
+WITHHELD_CONTENT = frozenset({"<elided>"})
+
 #: How far ``asked_in`` looks into a structured input: levels, and objects and lists in all.
 _SEARCH_DEPTH = 4
 _SEARCH_NODES = 200
@@ -273,7 +278,9 @@ def asked_in(value: Any) -> str:
       state): the same of them;
     - an object with a non-empty string under one of ``QUESTION_KEYS``: that string;
     - OpenLLMetry's ``{"args": [...], "kwargs": {...}}`` of a call with one argument, a
-      string: that string."""
+      string: that string.
+
+    A text that stands for content kept out (``WITHHELD_CONTENT``) asks nothing."""
     level = [value]
     seen = 0
     for _ in range(_SEARCH_DEPTH):
@@ -282,7 +289,7 @@ def asked_in(value: Any) -> str:
             seen += 1
             if seen > _SEARCH_NODES:
                 return ""
-            if text := _asks(node):
+            if (text := _asks(node)) and text not in WITHHELD_CONTENT:
                 return text
             if isinstance(node, dict):
                 below += [item for item in node.values() if isinstance(item, dict | list)]

@@ -85,6 +85,10 @@ AI_SDK_BLOCKS = [{"role": "user", "content": [{"type": "text", "text": "Weather 
         ({"args": [3], "kwargs": {}}, ""),
         ({"args": ["x"], "kwargs": {}, "other": 1}, ""),
         ([{"role": "system", "content": "Be brief."}], ""),
+        # Google ADK's stand-in for the messages it keeps out: a question of a deeper level
+        # still asks.
+        ([{"role": "system", "content": "<elided>"}, {"role": "user", "content": "<elided>"}], ""),
+        ({"question": "<elided>", "state": {"query": "Weather?"}}, "Weather?"),
         ([{"content": "no role"}], ""),
         ([], ""),
         ({"messages": "not a list", "prompt": 5}, ""),

@@ -391,6 +391,41 @@ def adk_v1(tracer: otel_trace.Tracer, logger: Logger) -> None:
         )
 
 
+def adk_content_kept_out(tracer: otel_trace.Tracer, logger: Logger) -> None:
+    """Google ADK's run with ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` unset (its
+    default): its model call's messages as records of ``<elided>`` content."""
+    genai = {"gen_ai.system": "gemini"}
+    with (
+        tracer.start_as_current_span(
+            "invoke_agent weather_agent", attributes={"gen_ai.operation.name": "invoke_agent"}
+        ),
+        tracer.start_as_current_span(
+            "generate_content gpt-4o", attributes={"gen_ai.operation.name": "generate_content"}
+        ),
+    ):
+        for name in ("gen_ai.system.message", "gen_ai.user.message"):
+            logger.emit(event_name=name, body={"content": "<elided>"}, attributes=genai)
+        logger.emit(
+            event_name="gen_ai.choice",
+            body={"content": "<elided>", "index": 0, "finish_reason": "STOP"},
+            attributes=genai,
+        )
+
+
+@pytest.mark.parametrize("records_first", [True, False])
+async def test_a_run_whose_content_was_kept_out_is_named_after_its_root(user, records_first):
+    """Not ``<elided>``, what ADK records in place of every message without content capture."""
+    spans, records = sdk_spans_and_logs(adk_content_kept_out)
+    token = await token_for(user)
+    sends = [(protobuf_body(spans), "/v1/traces"), (logs_body(records), "/v1/logs")]
+    for body, path in sends[::-1] if records_first else sends:
+        response = await post_otlp(body, token=token, path=path)
+        assert response.status_code == HTTPStatus.OK, response.content
+    trace, (_, call) = await steps_of(trace_of(spans))
+    assert call.data["input"][1] == {"role": "user", "content": "<elided>"}  # as recorded
+    assert trace.task == "invoke_agent weather_agent"
+
+
 def semantic_kernel(tracer: otel_trace.Tracer, logger: Logger) -> None:
     """Semantic Kernel's log records: bodies of JSON text, named by ``event.name``."""
     with tracer.start_as_current_span("chat gpt-4o"):
