@@ -880,6 +880,10 @@ _ROOT_GOALS = frozenset(
 #: The attribute of Google ADK's 1.x schema that holds a model call's request: its model call
 #: spans (``call_llm``) name no operation.
 _ADK_MODEL_CALL = "gcp.vertex.agent.llm_request"
+#: Google ADK's 1.x request and response attributes, which it sets to ``{}`` where they do not
+#: apply (on every tool span, "as UI expect these") or with content capture off: nothing
+#: recorded, not an input and an output of ``{}``.
+_ADK_EMPTY_WHERE_NOT_RECORDED = (_ADK_MODEL_CALL, "gcp.vertex.agent.llm_response")
 #: Haystack's own tracer's spans (``haystack.tracing``, on whenever OpenTelemetry is set up in
 #: the agent's process), by their names, which say what they are (their attributes hold content
 #: only with ``HAYSTACK_CONTENT_TRACING_ENABLED``).
@@ -1494,6 +1498,9 @@ def _step_data(
     OK: ``_tool_return``), "" otherwise."""
     data: dict[str, Any] = {}
     tool_error = ""
+    for key in _ADK_EMPTY_WHERE_NOT_RECORDED:
+        if attributes.get(key) == "{}":
+            del attributes[key]
     inputs = _lift(attributes, _INPUT_KEYS, "input.mime_type")
     outputs = _lift(attributes, _OUTPUT_KEYS, "output.mime_type")
     lists = _gather_lists(attributes)

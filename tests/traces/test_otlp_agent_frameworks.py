@@ -564,6 +564,7 @@ def adk_v1_agent(tracer: otel_trace.Tracer) -> None:
                 "gen_ai.operation.name": "execute_tool",
                 "gen_ai.tool.name": "get_weather",
                 "gcp.vertex.agent.llm_request": "{}",
+                "gcp.vertex.agent.llm_response": "{}",
                 "gcp.vertex.agent.tool_call_args": '{"city": "Paris"}',
                 "gcp.vertex.agent.tool_response": '{"result": "rain in Paris"}',
             },
@@ -579,6 +580,10 @@ async def test_google_adk_1_model_and_tool_calls(user):
         {"city": "Paris"},
         {"result": "rain in Paris"},
     )
+    # ADK's "{}" request and response on a tool span, where they do not apply, are not kept.
+    assert "input" not in tool.data
+    assert "output" not in tool.data
+    assert not any(key.startswith("gcp.vertex.agent.llm") for key in tool.data["attributes"])
 
     # The request's contents and the response's content show as messages.
     _, shown = await sync_to_async(selectors.step_detail)(trace=trace, step_id=model.id)
