@@ -133,7 +133,9 @@ class Signal:
     response: type[Message]
     partial_success: type[Message]
     rejected_field: str
-    batch_size_variable: str
+    #: The SDK's variable of the most items its exporter sends at once; "" for metrics,
+    #: which DevAssist refuses whatever their size (an exporter is told to send none).
+    batch_size_variable: str = ""
 
 
 TRACES = Signal(
@@ -161,7 +163,6 @@ METRICS = Signal(
     response=ExportMetricsServiceResponse,
     partial_success=ExportMetricsPartialSuccess,
     rejected_field="rejected_data_points",
-    batch_size_variable="OTEL_METRICS_EXPORTER",
 )
 
 #: What an exporter of metrics is told (DevAssist keeps none): how to stop sending them.
@@ -251,10 +252,14 @@ def decode_request(
 
 
 def _too_large(max_bytes: int, signal: Signal) -> OtlpError:
+    advice = (
+        f"send smaller batches ({signal.batch_size_variable})."
+        if signal.batch_size_variable
+        else NO_METRICS
+    )
     return OtlpError(
         HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
-        f"The request body is larger than {max_bytes} bytes (decompressed): send smaller "
-        f"batches ({signal.batch_size_variable}).",
+        f"The request body is larger than {max_bytes} bytes (decompressed): {advice}",
     )
 
 

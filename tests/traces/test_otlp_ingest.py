@@ -2026,3 +2026,20 @@ async def test_metrics_are_taken_to_be_refused_saying_how_to_stop_sending_them(u
 
     bad = await post_otlp(b"\xff\xff", token=token, content_type=PROTOBUF, path="/v1/metrics")
     assert bad.status_code == HTTPStatus.BAD_REQUEST
+
+
+async def test_a_metrics_body_inflating_past_the_limit_is_told_to_send_no_metrics(user, settings):
+    """Told to send none, not to send smaller batches: there is no batch DevAssist takes."""
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1000
+    request = ExportMetricsServiceRequest()
+    request.resource_metrics.add().scope_metrics.add().metrics.add(name="x" * 2000)
+    response = await post_otlp(
+        gzipped(request.SerializeToString()),
+        token=await token_for(user),
+        headers={"Content-Encoding": "gzip"},
+        path="/v1/metrics",
+    )
+    assert response.status_code == HTTPStatus.REQUEST_ENTITY_TOO_LARGE
+    _, message = rpc_status(response)
+    assert "(decompressed): DevAssist keeps traces and logs, not metrics" in message
+    assert "set OTEL_METRICS_EXPORTER=none" in message
