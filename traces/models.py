@@ -196,6 +196,11 @@ class Step(models.Model):
     duration_ms = models.PositiveBigIntegerField(null=True, blank=True)
     tokens = models.PositiveIntegerField(default=0)
     cost = money_field()
+    #: A model call counts its own tokens (cost) once: where a model call under it reports
+    #: them too (the same call recorded by a second instrumentation, or the calls it sums),
+    #: its own are shown but not added to the rollups and the trace's totals (``traces.store``).
+    tokens_counted_below = models.BooleanField(default=False, db_default=False)
+    cost_counted_below = models.BooleanField(default=False, db_default=False)
     children_count = models.PositiveIntegerField(default=0)
     subtree_steps = models.PositiveIntegerField(
         default=1, help_text="Steps in the subtree, itself included."

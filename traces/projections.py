@@ -83,7 +83,11 @@ def _skeleton_expressions() -> dict[str, Any]:
 
 def step_values(qs: QuerySet[Step], *, full: bool = False) -> QuerySet[Step, dict[str, Any]]:
     """``qs`` as rows for ``step_from_values``; ``full`` adds path, data and the whole texts."""
-    extra = ("path", "data", "description", "error") if full else ()
+    extra = (
+        ("path", "data", "description", "error", "tokens_counted_below", "cost_counted_below")
+        if full
+        else ()
+    )
     return qs.values(*_SKELETON_PLAIN, *extra, **_skeleton_expressions())
 
 
@@ -127,6 +131,8 @@ def step_from_values(row: dict[str, Any], *, full: bool = False) -> dict[str, An
     if full:
         out["path"] = row["path"]
         out["data"] = row["data"]
+        out["tokens_counted_below"] = row["tokens_counted_below"]
+        out["cost_counted_below"] = row["cost_counted_below"]
     return out
 
 
@@ -145,7 +151,14 @@ def step_dict(step: Step, *, full: bool = False) -> dict[str, Any]:
         error_head=step.error[: COMPACT_TEXT_CHARS + 1],
     )
     if full:  # only then: a step loaded without its data (``defer``) is not read again
-        row.update(description=step.description, error=step.error, path=step.path, data=step.data)
+        row.update(
+            description=step.description,
+            error=step.error,
+            path=step.path,
+            data=step.data,
+            tokens_counted_below=step.tokens_counted_below,
+            cost_counted_below=step.cost_counted_below,
+        )
     return step_from_values(row, full=full)
 
 

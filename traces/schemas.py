@@ -152,6 +152,10 @@ class StepOut(Schema):
 class StepFullOut(StepOut):
     path: list[int]
     data: Any
+    #: A model call whose own tokens (cost) a model call under it counts: shown in ``tokens``
+    #: (``cost``), left out of the rollups and the trace's totals.
+    tokens_counted_below: bool
+    cost_counted_below: bool
 
 
 class StepsAddedOut(Schema):

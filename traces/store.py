@@ -362,6 +362,8 @@ class _Delta:
 _ROLLUP_FIELDS = frozenset(
     {"children_count", "subtree_steps", "subtree_error_count", "subtree_tokens", "subtree_cost"}
 )
+#: A model call's flags that its usage is counted in a model call under it (``_count_once``).
+_COUNTED_BELOW = frozenset({"tokens_counted_below", "cost_counted_below"})
 #: What a write may change in the (locked) trace row.
 _TRACE_FIELDS = [
     "last_seq",
@@ -518,7 +520,33 @@ class _Write:
         self._count(_Delta(errors=error, tokens=item.tokens, cost=item.cost))
         self.new_steps[step.id] = step
         self._new_by_seq[step.seq] = step
+        if parent is not None:
+            self._count_once(parent, step)
         return step
+
+    def _count_once(self, parent: Step, child: Step) -> None:
+        """Count a model call's usage once. A model call (``thought``) whose child model call
+        reports tokens stops counting its own tokens, and one whose child reports a cost its
+        own cost: they were the same call recorded twice (a framework's span over the OpenAI
+        instrumentation's, Google ADK 2's ``call_llm`` over its ``generate_content``) or the
+        sum of its calls. The step still shows them; its rollups, its ancestors' and the
+        trace's totals lose them (once: the flags say it is done). Decided as the child is
+        added (under a parent that came first, or moving under one that came later), so
+        the same steps in any order count the same."""
+        if parent.step_type != StepType.THOUGHT or child.step_type != StepType.THOUGHT:
+            return
+        tokens = parent.tokens if child.tokens and not parent.tokens_counted_below else 0
+        cost = parent.cost if child.cost and not parent.cost_counted_below else Decimal(0)
+        if not tokens and not cost:
+            return
+        parent.tokens_counted_below = parent.tokens_counted_below or bool(tokens)
+        parent.cost_counted_below = parent.cost_counted_below or bool(cost)
+        uncounted = _Delta(tokens=-tokens, cost=-cost)
+        self._roll_up([*parent.path, parent.seq], uncounted)
+        self._count(uncounted)
+        if parent.id not in self.new_steps:
+            self.changed[parent.id] = parent
+            self._changed_fields.setdefault(parent.id, set()).update(_COUNTED_BELOW)
 
     def _adopt(self, stored: Sequence[Step]) -> list[TraceEvent]:
         """Move the steps that wait for a step this write added (stored ones, and new ones
@@ -578,6 +606,7 @@ class _Write:
             under[prefix[0]] += [*followers, orphan]
             if is_stored:
                 self._moved[orphan.seq] = orphan
+            self._count_once(parent, orphan)
             if is_stored and self.publish:
                 self.trace.last_seq += 1
                 events.append(
@@ -661,8 +690,9 @@ class _Write:
         step.tool_facts = _tool_facts(step)
         delta = _Delta(
             errors=(1 if step.is_error else 0) - was_error,
-            tokens=step.tokens - old_tokens,
-            cost=step.cost - old_cost,
+            # What a model call under it counts instead stays uncounted (``_count_once``).
+            tokens=0 if step.tokens_counted_below else step.tokens - old_tokens,
+            cost=Decimal(0) if step.cost_counted_below else step.cost - old_cost,
         )
         if delta.key() != _Delta().key():
             self._roll_up([*step.path, step.seq], delta)

@@ -27,6 +27,8 @@ from typing import Any
 
 import pytest
 from asgiref.sync import sync_to_async
+from django.test import AsyncClient
+from django.urls import reverse
 from opentelemetry import trace as otel_trace
 from opentelemetry._logs import Logger
 from opentelemetry.trace import SpanKind
@@ -597,6 +599,52 @@ async def test_google_adk_1_model_and_tool_calls(user):
         ['get_weather({"city": "Paris"})'],
     )
     assert json.loads(values["input"].besides)["config"] == {"system_instruction": "Be brief."}
+
+
+def adk_2_on_its_1_schema(tracer: otel_trace.Tracer) -> None:
+    """Google ADK 2 with ``ADK_TELEMETRY_SCHEMA_VERSION_OPT_IN=1``: its 1.x ``call_llm``, with
+    the call's usage, over its own ``generate_content`` span with the same usage."""
+    usage = {"gen_ai.usage.input_tokens": 21, "gen_ai.usage.output_tokens": 1}
+    with (
+        tracer.start_as_current_span(
+            "invoke_agent weather_agent", attributes={"gen_ai.operation.name": "invoke_agent"}
+        ),
+        tracer.start_as_current_span(
+            "call_llm",
+            attributes={
+                "gen_ai.system": "gcp.vertex.agent",
+                "gen_ai.request.model": "openai/gpt-4o",
+                "gcp.vertex.agent.llm_request": json.dumps(ADK_REQUEST),
+                "gcp.vertex.agent.llm_response": json.dumps(ADK_RESPONSE),
+                **usage,
+            },
+        ),
+        tracer.start_as_current_span(
+            "generate_content openai/gpt-4o",
+            attributes={"gen_ai.operation.name": "generate_content", **usage},
+        ),
+    ):
+        pass
+
+
+async def test_google_adk_2_on_its_1_schema_counts_a_model_call_once(user):
+    """Both spans show the call's 22 tokens; the trace counts them once, on the inner one."""
+    trace, (_, call_llm, generate) = await send(sdk_spans(adk_2_on_its_1_schema), user)
+    assert [s.step_type for s in (call_llm, generate)] == [StepType.THOUGHT, StepType.THOUGHT]
+    assert (call_llm.tokens, generate.tokens, trace.total_tokens) == (22, 22, 22)
+    assert call_llm.tokens_counted_below
+    assert not generate.tokens_counted_below
+    # The step pane and the API's step say where its tokens are counted.
+    client = AsyncClient()
+    await client.aforce_login(user)
+    pane = await client.get(reverse("traces:step", args=[trace.id, call_llm.id]))
+    assert "(counted in the model call below)" in pane.content.decode()
+    step = (await client.get(f"/api/traces/{trace.id}/steps/{call_llm.id}")).json()
+    assert (step["tokens"], step["tokens_counted_below"], step["cost_counted_below"]) == (
+        22,
+        True,
+        False,
+    )
 
 
 def litellm_call(tracer: otel_trace.Tracer) -> None:

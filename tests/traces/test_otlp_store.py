@@ -32,11 +32,12 @@ def span(
     tokens: int = 0,
     failed: bool = False,
     cost: str = "0",
+    step_type: str = "action",
 ) -> StepCreate:
     return StepCreate(
         id=step_id,
         parent_id=parent,
-        step_type="action",
+        step_type=step_type,
         name=str(step_id)[:8],
         status="failed" if failed else "completed",
         error="boom" if failed else "",
@@ -155,8 +156,8 @@ def test_a_batch_in_any_order_is_placed_within_the_batch(user):
 
 
 def random_tree(rng: random.Random, size: int) -> list[StepCreate]:
-    """``size`` spans: a root, each later one under a random earlier one, some failed, with
-    tokens and costs."""
+    """``size`` spans: a root, each later one under a random earlier one, some failed, some
+    model calls (``thought``), with tokens and costs (or none)."""
     ids = [uuid.uuid4() for _ in range(size)]
     items = [span(ids[0], None, tokens=1)]
     for index in range(1, size):
@@ -166,10 +167,40 @@ def random_tree(rng: random.Random, size: int) -> list[StepCreate]:
                 ids[rng.randrange(index)],
                 tokens=rng.randrange(5),
                 failed=rng.random() < 0.2,
-                cost=str(Decimal(rng.randrange(100)) / 1000),
+                cost=str(Decimal(rng.randrange(100)) / 1000 if rng.random() < 0.7 else 0),
+                step_type=rng.choice(["action", "thought"]),
             )
         )
     return items
+
+
+def counted_once(items: list[StepCreate]) -> dict[uuid.UUID, tuple[int, Decimal]]:
+    """Each step's subtree tokens and cost worked out from the whole tree: a model call with
+    a model call under it that reports tokens (a cost) counts none of its own."""
+    children: dict[uuid.UUID | None, list[StepCreate]] = {}
+    for item in items:
+        children.setdefault(item.parent_id, []).append(item)
+
+    def thought_children(item: StepCreate) -> list[StepCreate]:
+        if item.step_type != "thought":
+            return []
+        return [c for c in children.get(item.id, []) if c.step_type == "thought"]
+
+    totals: dict[uuid.UUID, tuple[int, Decimal]] = {}
+
+    def total(item: StepCreate) -> tuple[int, Decimal]:
+        below = thought_children(item)
+        tokens = 0 if any(c.tokens for c in below) else item.tokens
+        cost = Decimal(0) if any(c.cost for c in below) else item.cost
+        for child in children.get(item.id, []):
+            child_tokens, child_cost = total(child)
+            tokens, cost = tokens + child_tokens, cost + child_cost
+        totals[item.id] = (tokens, cost)
+        return tokens, cost
+
+    for root in children.get(None, []):
+        total(root)
+    return totals
 
 
 @settings(
@@ -182,6 +213,12 @@ def test_any_order_and_any_batching_give_the_tree_that_came_in_order(user, seed,
     store = OrmTraceStore()
     in_order = new_trace(user)
     write(store, in_order, items)
+    # Each model call's usage counted once (``_count_once``), as worked out from the tree.
+    expected = counted_once(items)
+    stored = {s.id: (s.subtree_tokens, s.subtree_cost) for s in Step.objects.filter(trace=in_order)}
+    assert stored == expected
+    in_order.refresh_from_db()
+    assert (in_order.total_tokens, in_order.total_cost) == expected[items[0].id]
 
     shuffled = items[:]
     rng.shuffle(shuffled)
@@ -235,6 +272,99 @@ def test_any_order_and_any_batching_give_the_tree_that_came_in_order(user, seed,
         return {"steps": steps, "totals": state["totals"]}
 
     assert renamed(tree_state(out_of_order.id)) == tree_state(in_order.id)
+
+
+def model_calls(outer: uuid.UUID, inner: uuid.UUID, root: uuid.UUID) -> list[StepCreate]:
+    """A framework's model call (tokens and a cost) over the same call as the OpenAI
+    instrumentation records it (its tokens, no cost), under an agent's root: inner first,
+    as spans end."""
+    return [
+        span(inner, outer, tokens=30, step_type="thought"),
+        span(outer, root, tokens=30, cost="0.002", step_type="thought"),
+        span(root, None),
+    ]
+
+
+@pytest.mark.parametrize("order", ["children first", "parents first", "one request"])
+def test_a_model_call_recorded_twice_counts_its_tokens_once(user, order):
+    """A model call over a model call that reports tokens (the same call, recorded by the
+    framework and by the OpenAI instrumentation) counts none of its own: the trace has 30
+    tokens, not 60. Its cost, which the call under it does not report, still counts."""
+    store = OrmTraceStore()
+    trace = new_trace(user)
+    root, outer, inner = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+    steps = model_calls(outer, inner, root)
+    if order == "one request":
+        write(store, trace, steps)
+    else:
+        for step in steps if order == "children first" else reversed(steps):
+            write(store, trace, [step])
+    stored = {s.id: s for s in Step.objects.filter(trace_id=trace.id)}
+    # Each step shows what its span said.
+    assert (stored[outer].tokens, stored[outer].cost) == (30, Decimal("0.002"))
+    assert (stored[outer].tokens_counted_below, stored[outer].cost_counted_below) == (True, False)
+    assert (stored[outer].subtree_tokens, stored[outer].subtree_cost) == (30, Decimal("0.002"))
+    assert (stored[root].subtree_tokens, stored[root].subtree_cost) == (30, Decimal("0.002"))
+    assert tree_state(trace.id)["totals"][2:4] == (30, Decimal("0.002"))
+
+
+def test_a_model_call_is_uncounted_once_whatever_calls_come_under_it(user):
+    """A second call under it (a retry), sent later, takes nothing more off; a tool or a
+    model call that reports nothing takes nothing off; its cost goes once a call under it
+    reports one."""
+    store = OrmTraceStore()
+    trace = new_trace(user)
+    root, outer, tool, silent, first, retry = (uuid.uuid4() for _ in range(6))
+    write(
+        store,
+        trace,
+        [
+            span(root, None),
+            span(outer, root, tokens=50, cost="0.005", step_type="thought"),
+            span(tool, outer, tokens=7),
+            span(silent, outer, step_type="thought"),
+        ],
+    )
+    assert tree_state(trace.id)["totals"][2:4] == (57, Decimal("0.005"))
+    write(store, trace, [span(first, outer, tokens=20, step_type="thought")])
+    write(store, trace, [span(retry, outer, tokens=30, cost="0.003", step_type="thought")])
+    # Re-sent: nothing changes.
+    write(store, trace, [span(first, outer, tokens=20, step_type="thought")])
+    top = Step.objects.get(pk=outer)
+    assert (top.tokens_counted_below, top.cost_counted_below) == (True, True)
+    assert (top.subtree_tokens, top.subtree_cost) == (7 + 20 + 30, Decimal("0.003"))
+    assert tree_state(trace.id)["totals"][2:4] == (57, Decimal("0.003"))
+
+
+def test_a_model_call_under_a_tool_or_an_agent_counts_its_own(user):
+    """Only a model call directly over another is the same call: an agent's (a goal's) or a
+    tool's (an action's) model calls each count theirs."""
+    store = OrmTraceStore()
+    trace = new_trace(user)
+    root, tool, call = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+    write(
+        store,
+        trace,
+        [
+            span(call, tool, tokens=10, step_type="thought"),
+            span(tool, root, tokens=5),
+            span(root, None, tokens=3, step_type="goal"),
+        ],
+    )
+    assert tree_state(trace.id)["totals"][2] == 18
+    assert not Step.objects.filter(tokens_counted_below=True).exists()
+
+
+def test_a_change_to_an_uncounted_model_calls_tokens_stays_uncounted(user):
+    """The API's step update of a model call whose usage a call under it counts: its own
+    tokens change, the totals do not."""
+    store = OrmTraceStore()
+    trace = new_trace(user)
+    root, outer, inner = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+    write(store, trace, model_calls(outer, inner, root)[::-1])
+    store.update_step_sync(trace.id, outer, {"tokens": 45})
+    assert Step.objects.get(pk=outer).tokens == 45
+    assert tree_state(trace.id)["totals"][2] == 30
 
 
 @pytest.mark.parametrize("requests", [2, 1])

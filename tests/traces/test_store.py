@@ -101,9 +101,15 @@ def test_rollups_of_a_built_tree_match_a_recount(user):
     build_tree(trace, depth=3, fanout=3)
     root = Step.objects.get(trace=trace, depth=0)
     assert root.subtree_steps == 1 + 3 + 9 + 27
-    assert root.subtree_tokens == 3 + 9 + 27
+    # Every node below the root is a model call of 1 token: those with model calls under them
+    # count theirs there (``_count_once``), so only the 27 leaves count.
+    assert root.subtree_tokens == 27
     for node in Step.objects.filter(trace=trace):
-        assert node.children_count == Step.objects.filter(parent=node).count()
+        children = Step.objects.filter(parent=node)
+        assert node.children_count == children.count()
+        assert node.tokens_counted_below == (node.depth > 0 and children.exists())
+        own = 0 if node.tokens_counted_below else node.tokens
+        assert node.subtree_tokens == own + sum(c.subtree_tokens for c in children)
 
 
 def test_rejected_batch_writes_nothing(user, other_user):
