@@ -2,11 +2,15 @@
 instrumentation (``openinference-instrumentation-openai-agents``), exporting with the OTel SDK
 configured by the standard variables alone, as a user runs one:
 ``python -m tests.traces.openai_agents_agent``. ``OPENAI_BASE_URL`` is the model it calls (the
-chat completions API). It asks one question, which its one tool answers."""
+chat completions API). It asks one question, which its one tool answers. ``--with-openai``
+instruments the OpenAI client too (``openinference-instrumentation-openai``), as a user with
+both does: each model call is then recorded twice, the SDK's ``generation`` span over the
+client's ``ChatCompletion``."""
 
 from __future__ import annotations
 
 import os
+import sys
 
 from agents import (
     Agent,
@@ -32,6 +36,10 @@ def main() -> None:
     tracer_provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
     # Only OpenInference's processor: the SDK's own exports to OpenAI's platform.
     OpenAIAgentsInstrumentor().instrument(tracer_provider=tracer_provider, exclusive_processor=True)
+    if "--with-openai" in sys.argv:
+        from openinference.instrumentation.openai import OpenAIInstrumentor
+
+        OpenAIInstrumentor().instrument(tracer_provider=tracer_provider)
     client = AsyncOpenAI(base_url=os.environ["OPENAI_BASE_URL"], api_key="test-key")
     agent = Agent(
         name="Weather agent",

@@ -551,6 +551,31 @@ def test_an_openai_agents_sdk_agent_is_recorded(app_server, user, client):
     assert trace.total_tokens == first.tokens + last.tokens > 0
 
 
+def test_an_agents_sdk_agent_with_its_openai_client_instrumented_too_counts_each_call_once(
+    app_server, user, client
+):
+    """The OpenAI Agents SDK's and the OpenAI client's instrumentations both on: each model
+    call is a ``generation`` step over a ``ChatCompletion`` one, both with the call's tokens;
+    the trace counts them once, on the inner one (it counted each twice)."""
+    trace = run_weather_agent(
+        "tests.traces.openai_agents_agent",
+        app_server,
+        user,
+        service="agents-sdk",
+        args=("--with-openai",),
+    )
+    calls = list(Step.objects.filter(trace=trace, name="generation").order_by("started_at"))
+    inner = [Step.objects.get(parent_id=call.id) for call in calls]
+    assert [step.name for step in inner] == ["ChatCompletion", "ChatCompletion"]
+    assert {step.step_type for step in calls + inner} == {StepType.THOUGHT}
+    assert [call.tokens for call in calls] == [step.tokens for step in inner]
+    assert all(call.tokens > 0 and call.tokens_counted_below for call in calls)
+    assert not any(step.tokens_counted_below for step in inner)
+    assert trace.total_tokens == sum(step.tokens for step in inner)
+    (root,) = trace_tree(trace=trace)
+    assert root["subtree_tokens"] == trace.total_tokens
+
+
 def test_a_langchain_agent_is_recorded(app_server, user, client):
     """LangChain traced by OpenInference: the agent's runnable over its model calls (the
     messages flattened beside LangChain's own serialisation of them) and its tool."""
