@@ -417,6 +417,8 @@ class _Write:
         #: the path and depth they end with: the stored steps under them get that path in
         #: front of theirs (``_save_moves``).
         self._moved: dict[int, Step] = {}
+        #: Stored steps ``update`` brought to where this write's moves and rollups put them.
+        self._caught_up: set[uuid.UUID] = set()
         self.extra_trace_fields: set[str] = set()
         self.events: list[TraceEvent] = []
         #: The write ends the trace (``complete``).
@@ -664,7 +666,13 @@ class _Write:
     def update(self, step_id: uuid.UUID, changes: dict[str, Any]) -> Step:
         """Apply checked ``changes`` to a step of the trace (new in this write or stored), keep
         the rollups and totals right and add its ``step_updated`` event."""
-        step = self.new_steps.get(step_id) or self.changed.get(step_id) or self._stored(step_id)
+        step = self.new_steps.get(step_id) or self.changed.get(step_id)
+        if step is None:
+            step = self._stored(step_id)
+        elif step_id not in self.new_steps:
+            # Changed already by this write's steps (``_count_once``, ``_stop_waiting``) as
+            # it was loaded, before their moves and rollups.
+            self._catch_up(step)
         was_live = _live_output(step.data) is not None
         was_error = 1 if step.is_error else 0
         old_tokens, old_cost = step.tokens, step.cost
@@ -735,6 +743,15 @@ class _Write:
             step = Step.objects.for_trace(self.trace).filter(pk=step_id).first()
         if step is None:
             raise StepNotFound(f"Step {step_id} does not exist in trace {self.trace.id}.")
+        self._catch_up(step)
+        return step
+
+    def _catch_up(self, step: Step) -> None:
+        """Bring a stored step loaded before this write's moves and rollups to where they put
+        it (once)."""
+        if step.id in self._caught_up:
+            return
+        self._caught_up.add(step.id)
         self._moved_path(step)
         pending = self._deltas.get(step.seq)
         if pending is not None:
@@ -743,7 +760,6 @@ class _Write:
             step.subtree_error_count += pending.errors
             step.subtree_tokens += pending.tokens
             step.subtree_cost += pending.cost
-        return step
 
     # -- the end --
 

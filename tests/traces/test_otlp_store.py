@@ -90,6 +90,8 @@ def tree_state(trace_id: uuid.UUID) -> dict[str, Any]:
                 s.subtree_error_count,
                 s.subtree_tokens,
                 s.subtree_cost,
+                s.tokens_counted_below,
+                s.cost_counted_below,
             )
             for s in steps
         },
@@ -159,7 +161,7 @@ def random_tree(rng: random.Random, size: int) -> list[StepCreate]:
     """``size`` spans: a root, each later one under a random earlier one, some failed, some
     model calls (``thought``), with tokens and costs (or none)."""
     ids = [uuid.uuid4() for _ in range(size)]
-    items = [span(ids[0], None, tokens=1)]
+    items = [span(ids[0], None, tokens=1, step_type=rng.choice(["action", "thought"]))]
     for index in range(1, size):
         items.append(
             span(
@@ -365,6 +367,34 @@ def test_a_change_to_an_uncounted_model_calls_tokens_stays_uncounted(user):
     store.update_step_sync(trace.id, outer, {"tokens": 45})
     assert Step.objects.get(pk=outer).tokens == 45
     assert tree_state(trace.id)["totals"][2] == 30
+
+
+def test_a_model_call_changed_in_the_write_that_uncounts_it_is_changed_where_it_stands(user):
+    """One write adds a model call under a stored one (which stops counting its tokens),
+    brings the step its top waits for (which moves it), and fails the stored call: the
+    failure goes up its new path, and its event shows its rollups as stored."""
+    store = OrmTraceStore()
+    trace = new_trace(user)
+    root, top, outer, inner = (uuid.uuid4() for _ in range(4))
+    write(store, trace, [span(top, root), span(outer, top, tokens=30, step_type="thought")])
+    store.add_to_traces_sync(
+        [
+            TraceSteps(
+                trace=trace,
+                steps=[span(inner, outer, tokens=20, step_type="thought"), span(root, None)],
+                updates={outer: {"status": "failed", "error": "boom"}},
+            )
+        ]
+    )
+    stored = {s.id: s for s in Step.objects.filter(trace_id=trace.id)}
+    assert [stored[s].subtree_error_count for s in (root, top, outer)] == [1, 1, 1]
+    assert [stored[s].subtree_tokens for s in (root, top, outer)] == [20, 20, 20]
+    assert stored[outer].path == [stored[root].seq, stored[top].seq]
+    assert tree_state(trace.id)["totals"][2:] == (20, Decimal(0), 1)
+    event = TraceEvent.objects.filter(trace_id=trace.id, event="step_updated").latest("seq")
+    assert event.payload["step_id"] == str(outer)
+    assert event.payload["updates"]["subtree_tokens"] == 20
+    assert event.payload["updates"]["subtree_error_count"] == 1
 
 
 @pytest.mark.parametrize("requests", [2, 1])
