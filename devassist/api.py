@@ -176,6 +176,7 @@ def _unhandled(request: HttpRequest, exc: Exception) -> HttpResponse:
     )
 
 
+api.add_router("/api/tokens", "devassist.tokens_api.router")
 api.add_router("/api/traces", "traces.api.router")
 api.add_router("/api/sandbox", "sandbox.api.router")
 api.add_router("/agent", "chat.api.agent_router")

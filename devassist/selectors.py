@@ -5,7 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from devassist.models import Language, Theme, UserPreferences
+from django.db.models import F
+
+from devassist.models import ApiToken, Language, Theme, UserPreferences
 
 
 @dataclass(frozen=True)
@@ -30,3 +32,12 @@ def language_for(*, user: Any) -> str:
     """The language the user chose (a code of ``settings.LANGUAGES``), ``""`` when they left it
     to the browser (or are anonymous)."""
     return preferences_for(user=user).language
+
+
+def api_tokens_for(*, user: Any) -> list[ApiToken]:
+    """``user``'s API tokens, the active ones first, each group newest first. One query."""
+    return list(
+        ApiToken.objects.filter(user=user).order_by(
+            F("revoked_at").desc(nulls_first=True), "-created_at", "-id"
+        )
+    )

@@ -36,6 +36,8 @@ urlpatterns = [
     path("ui/theme", views.theme_switch, name="theme"),
     path("ui/language", views.language_switch, name="language"),
     path("jsi18n/", views.javascript_catalog, name="javascript-catalog"),
+    path("tokens/", views.api_tokens, name="tokens"),
+    path("tokens/<int:token_id>/revoke", views.api_token_revoke, name="token_revoke"),
     path("login/", views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("traces/", include("traces.urls")),

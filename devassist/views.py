@@ -5,11 +5,17 @@ from http import HTTPStatus
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_not_required
 from django.contrib.auth.forms import AuthenticationForm
-from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse
+from django.http import (
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    HttpResponseBadRequest,
+    JsonResponse,
+)
 from django.shortcuts import redirect, render
 from django.utils.translation import gettext as _
 from django.views.decorators.cache import cache_page, never_cache
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django.views.defaults import page_not_found
 from django.views.defaults import server_error as django_server_error
 from django.views.i18n import JavaScriptCatalog
@@ -17,12 +23,19 @@ from django_htmx.http import HttpResponseClientRefresh, trigger_client_event
 
 from chat.views import chat_page
 from devassist.envelope import error_response, is_api_path
+from devassist.exceptions import Conflict, DomainError
 from devassist.health import health_report
 from devassist.htmx import HtmxHttpRequest, local_next
 from devassist.i18n import JS_CATALOG_CACHE_S, language_cookie_set
 from devassist.models import Language, Theme
-from devassist.selectors import language_for
+from devassist.selectors import api_tokens_for, language_for
 from devassist.services import user_preferences_update
+from devassist.tokens import (
+    MAX_ACTIVE_TOKENS,
+    TOKEN_NAME_MAX,
+    api_token_create,
+    api_token_revoke_for,
+)
 
 
 @login_not_required
@@ -68,6 +81,54 @@ def language_switch(request: HtmxHttpRequest) -> HttpResponse:
     response = HttpResponseClientRefresh() if request.htmx else redirect(local_next(request))
     language_cookie_set(response, language.value)
     return response
+
+
+@never_cache
+@require_http_methods(["GET", "POST"])
+def api_tokens(request: HtmxHttpRequest) -> HttpResponse:
+    """The user's API tokens. GET lists them with the form for a new one; POST creates one
+    (``name``) and answers the page with its text, shown this once, and the two variables
+    that send an agent's traces here (docs/opentelemetry.md). A refused name is the form's
+    error (400; 409 past ``MAX_ACTIVE_TOKENS``). Never cached: the answer may hold a token."""
+    created = None
+    error = ""
+    status = HTTPStatus.OK
+    if request.method == "POST":
+        try:
+            token, raw = api_token_create(user=request.user, name=request.POST.get("name", ""))
+        except DomainError as exc:
+            status = HTTPStatus.CONFLICT if isinstance(exc, Conflict) else HTTPStatus.BAD_REQUEST
+            error = _token_refusal(exc)
+        else:
+            created = {"token": token, "raw": raw}
+    context = {
+        "tokens": api_tokens_for(user=request.user),
+        "created": created,
+        "error": error,
+        "name": request.POST.get("name", "") if error else "",
+        "name_max": TOKEN_NAME_MAX,
+        "base_url": request.build_absolute_uri("/").rstrip("/"),
+    }
+    return render(request, "tokens.html", context, status=status)
+
+
+def _token_refusal(exc: DomainError) -> str:
+    if isinstance(exc, Conflict):
+        return _(
+            "You have %(count)d active tokens, the most one may hold: revoke one you no "
+            "longer use first."
+        ) % {"count": MAX_ACTIVE_TOKENS}
+    return _("A token's name must be 1 to %(count)d characters.") % {"count": TOKEN_NAME_MAX}
+
+
+@require_POST
+def api_token_revoke(request: HtmxHttpRequest, token_id: int) -> HttpResponse:
+    """Revoke the user's token ``token_id`` (404 for another's), then back to the list."""
+    try:
+        api_token_revoke_for(user=request.user, token_id=token_id)
+    except DomainError as exc:
+        raise Http404(exc.message) from exc
+    return redirect("tokens")
 
 
 class LoginView(auth_views.LoginView):

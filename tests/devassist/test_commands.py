@@ -65,7 +65,7 @@ def test_create_api_token_for_unknown_user_fails() -> None:
 @pytest.mark.django_db
 @pytest.mark.parametrize("name", ["   ", "x" * 101])
 def test_create_api_token_rejects_a_bad_name(user: User, name: str) -> None:
-    with pytest.raises(CommandError, match="--name"):
+    with pytest.raises(CommandError, match="name must be 1 to 100 characters"):
         run("create_api_token", "alice", "--name", name)
 
     assert not ApiToken.objects.exists()

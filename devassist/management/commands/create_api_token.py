@@ -5,6 +5,7 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from devassist.exceptions import DomainError
 from devassist.tokens import api_token_create
 
 
@@ -19,10 +20,10 @@ class Command(BaseCommand):
         user = get_user_model().objects.filter(username=options["username"]).first()
         if user is None:
             raise CommandError(f"no user named {options['username']!r}")
-        name = options["name"].strip()
-        if not name or len(name) > 100:
-            raise CommandError("--name must be 1 to 100 characters")
-        token, raw = api_token_create(user=user, name=name)
+        try:
+            token, raw = api_token_create(user=user, name=options["name"])
+        except DomainError as exc:
+            raise CommandError(exc.message) from exc
         self.stderr.write(
             f"Created token {token.name!r} for {options['username']}. "
             "Copy it now, it is not shown again:"
