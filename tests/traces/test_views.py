@@ -120,6 +120,21 @@ def test_the_list_shows_only_the_users_own_traces_with_totals(
     assert 'data-total="error_count">1<' in content
 
 
+def test_an_empty_list_says_how_traces_come_and_a_filtered_one_that_none_match(
+    signed_in: Client, user: User, other_user: User
+) -> None:
+    make_trace(other_user, task="someone else's")
+
+    empty = signed_in.get("/traces/").content.decode()
+    filtered = signed_in.get("/traces/?q=deploy").content.decode()
+
+    assert "No traces yet." in empty
+    assert 'a token from the <a href="/tokens/">API page</a>' in empty
+    assert "No traces match." not in empty
+    assert "No traces match." in filtered
+    assert "No traces yet." not in filtered
+
+
 def test_the_list_filters_by_status_mode_agent_type_task_and_time(
     signed_in: Client, user: User
 ) -> None:
