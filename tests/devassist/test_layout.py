@@ -237,12 +237,20 @@ def site(page: Any, live_model: Any, django_user_model: Any) -> dict[str, Any]:
         p.locator("#debug-open").click()
         p.locator("#debug-panel .dbg-group").first.wait_for()
 
+    def api_tokens(p: Any) -> None:
+        # A new token's answer (its text and variables) over the list, a long name in both.
+        p.goto("/tokens/")
+        p.locator("#token-name").fill(LONG_WORD[:100])
+        p.get_by_role("button", name="Create token").click()
+        p.locator("#token-env").wait_for()
+
     return {
         "chat": chat,
         "trace list": trace_list,
         "trace": trace_page,
         "otlp trace": otlp_trace_page,
         "debug": debug_panel,
+        "api tokens": api_tokens,
     }
 
 
