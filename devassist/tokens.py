@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from devassist.exceptions import Conflict, InvalidValue, NotFound
 from devassist.models import ApiToken
+from devassist.storable import text_problem
 
 TOKEN_PREFIX = "da_"
 #: A token's name: what its owner recognises it by in the list (``ApiToken.name``).
@@ -35,6 +36,11 @@ def api_token_create(*, user: User, name: str) -> tuple[ApiToken, str]:
         raise InvalidValue(
             f"A token's name must be 1 to {TOKEN_NAME_MAX} characters.",
             details={"field": "name"},
+        )
+    problem = text_problem(name)
+    if problem:  # a form's %00: the API's parser refuses it at the door (devassist.storable)
+        raise InvalidValue(
+            f"A token's name {problem}.", code="unstorable_text", details={"field": "name"}
         )
     if ApiToken.objects.active().filter(user=user).count() >= MAX_ACTIVE_TOKENS:
         raise Conflict(

@@ -118,6 +118,8 @@ def _token_refusal(exc: DomainError) -> str:
             "You have %(count)d active tokens, the most one may hold: revoke one you no "
             "longer use first."
         ) % {"count": MAX_ACTIVE_TOKENS}
+    if exc.code == "unstorable_text":
+        return _("A token's name cannot hold a NUL character.")
     return _("A token's name must be 1 to %(count)d characters.") % {"count": TOKEN_NAME_MAX}
 
 

@@ -104,6 +104,14 @@ def test_a_bad_name_is_the_form_s_error_and_creates_nothing(browser: Client, nam
     assert not ApiToken.objects.exists()
 
 
+def test_a_name_that_cannot_be_stored_is_the_form_s_error(browser: Client) -> None:
+    response = browser.post("/tokens/", {"name": "my\x00agent"})
+
+    assert response.status_code == HTTPStatus.BAD_REQUEST
+    assert "A token&#x27;s name cannot hold a NUL character." in response.content.decode()
+    assert not ApiToken.objects.exists()
+
+
 def test_a_name_is_text_in_the_page_never_markup(browser: Client) -> None:
     name = '<script>alert("x")</script>'
 
