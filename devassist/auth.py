@@ -31,7 +31,8 @@ class InvalidCredentials(AuthenticationError):
 
 
 class ApiTokenAuth(HttpBearer):
-    """Bearer tokens created with ``manage.py create_api_token``; sets ``request.user``."""
+    """Bearer tokens (made on the API tokens page, through ``/api/tokens`` or with ``manage.py
+    create_api_token``); sets ``request.user``."""
 
     def __call__(self, request: HttpRequest) -> Any | None:
         if AUTHORIZATION not in request.headers:

@@ -8,6 +8,7 @@ from datetime import timedelta
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import User
+from django.db import transaction
 from django.utils import timezone
 
 from devassist.exceptions import Conflict, InvalidValue, NotFound
@@ -27,10 +28,12 @@ def _hash(raw: str) -> str:
     return hashlib.sha256(raw.encode()).hexdigest()
 
 
+@transaction.atomic
 def api_token_create(*, user: User, name: str) -> tuple[ApiToken, str]:
     """Create a token named ``name`` (stripped; 1 to ``TOKEN_NAME_MAX`` characters, else
     ``InvalidValue``) for ``user``, who may hold ``MAX_ACTIVE_TOKENS`` active ones (else
-    ``Conflict``); returns it with the plain text, which is never stored or shown again."""
+    ``Conflict``; counted under a lock of the user's row, so two at once cannot both pass);
+    returns it with the plain text, which is never stored or shown again."""
     name = name.strip()
     if not name or len(name) > TOKEN_NAME_MAX:
         raise InvalidValue(
@@ -42,6 +45,7 @@ def api_token_create(*, user: User, name: str) -> tuple[ApiToken, str]:
         raise InvalidValue(
             f"A token's name {problem}.", code="unstorable_text", details={"field": "name"}
         )
+    get_user_model().objects.select_for_update().filter(pk=user.pk).first()
     if ApiToken.objects.active().filter(user=user).count() >= MAX_ACTIVE_TOKENS:
         raise Conflict(
             f"You have {MAX_ACTIVE_TOKENS} active tokens, the most one may hold: revoke one "

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import threading
 from http import HTTPStatus
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
+from django.db import connection
 from django.test import Client
 from django.utils import timezone
 
+from devassist.exceptions import Conflict
 from devassist.models import ApiToken
 from devassist.tokens import MAX_ACTIVE_TOKENS, api_token_create, api_token_revoke
 from tests.traces.otlp_clients import protobuf_body, sdk_spans
@@ -260,3 +263,32 @@ def test_the_api_revokes_the_user_s_own_tokens_only(
     assert ApiToken.objects.get(pk=mine.pk).revoked_at == first
     assert first is not None
     assert first <= timezone.now()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_tokens_made_at_once_at_the_cap_give_one(user: User) -> None:
+    """Two requests making a user's last allowed token at the same moment: the count is taken
+    under a lock of the user's row, so one is made and the other refused."""
+    for i in range(MAX_ACTIVE_TOKENS - 1):
+        api_token_create(user=user, name=f"t{i}")
+    start = threading.Barrier(2)
+    outcomes: list[str] = []
+
+    def make(name: str) -> None:
+        start.wait()
+        try:
+            api_token_create(user=user, name=name)
+            outcomes.append("made")
+        except Conflict:
+            outcomes.append("refused")
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=make, args=(f"last{i}",)) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    assert sorted(outcomes) == ["made", "refused"]
+    assert ApiToken.objects.active().filter(user=user).count() == MAX_ACTIVE_TOKENS
