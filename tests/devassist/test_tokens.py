@@ -65,6 +65,8 @@ def test_a_created_token_is_shown_once_with_the_variables_that_send_traces_here(
     html = response.content.decode()
     assert "export OTEL_EXPORTER_OTLP_ENDPOINT=http://testserver\n" in html
     assert f'export OTEL_EXPORTER_OTLP_HEADERS="x-api-key={raw}"' in html
+    # Python's zero-code instrumentation sends gRPC unless told: the page says how to send HTTP.
+    assert "OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf" in html
     assert "no-store" in response["Cache-Control"]
     # The variables work: the agent's span is the user's trace.
     assert send_a_span(raw).status_code == HTTPStatus.OK
