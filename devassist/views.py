@@ -23,7 +23,8 @@ from django_htmx.http import HttpResponseClientRefresh, trigger_client_event
 
 from chat.views import chat_page
 from devassist.envelope import error_response, is_api_path
-from devassist.exceptions import Conflict, DomainError
+from devassist.exceptions import Conflict, NotFound
+from devassist.forms import ApiTokenForm
 from devassist.health import health_report
 from devassist.htmx import HtmxHttpRequest, local_next
 from devassist.i18n import JS_CATALOG_CACHE_S, language_cookie_set
@@ -87,18 +88,25 @@ def language_switch(request: HtmxHttpRequest) -> HttpResponse:
 @require_http_methods(["GET", "POST"])
 def api_tokens(request: HtmxHttpRequest) -> HttpResponse:
     """The user's API tokens. GET lists them with the form for a new one; POST creates one
-    (``name``) and answers the page with its text, shown this once, and the two variables
-    that send an agent's traces here (docs/opentelemetry.md). A refused name is the form's
-    error (400; 409 past ``MAX_ACTIVE_TOKENS``). Never cached: the answer may hold a token."""
+    (``ApiTokenForm``) and answers the page with its text, shown this once, and the two
+    variables that send an agent's traces here (docs/opentelemetry.md). A refused name is the
+    form's error (400; 409 past ``MAX_ACTIVE_TOKENS``). Never cached: the answer may hold a
+    token."""
+    form = ApiTokenForm(request.POST if request.method == "POST" else None)
     created = None
     error = ""
     status = HTTPStatus.OK
-    if request.method == "POST":
+    if form.is_bound and not form.is_valid():
+        status, error = HTTPStatus.BAD_REQUEST, str(form.errors["name"][0])
+    elif form.is_bound:
         try:
-            token, raw = api_token_create(user=request.user, name=request.POST.get("name", ""))
-        except DomainError as exc:
-            status = HTTPStatus.CONFLICT if isinstance(exc, Conflict) else HTTPStatus.BAD_REQUEST
-            error = _token_refusal(exc)
+            token, raw = api_token_create(user=request.user, name=form.cleaned_data["name"])
+        except Conflict:
+            status = HTTPStatus.CONFLICT
+            error = _(
+                "You have %(count)d active tokens, the most one may hold: revoke one you no "
+                "longer use first."
+            ) % {"count": MAX_ACTIVE_TOKENS}
         else:
             created = {"token": token, "raw": raw}
     context = {
@@ -112,23 +120,12 @@ def api_tokens(request: HtmxHttpRequest) -> HttpResponse:
     return render(request, "tokens.html", context, status=status)
 
 
-def _token_refusal(exc: DomainError) -> str:
-    if isinstance(exc, Conflict):
-        return _(
-            "You have %(count)d active tokens, the most one may hold: revoke one you no "
-            "longer use first."
-        ) % {"count": MAX_ACTIVE_TOKENS}
-    if exc.code == "unstorable_text":
-        return _("A token's name cannot hold a NUL character.")
-    return _("A token's name must be 1 to %(count)d characters.") % {"count": TOKEN_NAME_MAX}
-
-
 @require_POST
 def api_token_revoke(request: HtmxHttpRequest, token_id: int) -> HttpResponse:
     """Revoke the user's token ``token_id`` (404 for another's), then back to the list."""
     try:
         api_token_revoke_for(user=request.user, token_id=token_id)
-    except DomainError as exc:
+    except NotFound as exc:
         raise Http404(exc.message) from exc
     return redirect("tokens")
 
